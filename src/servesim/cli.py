@@ -1,0 +1,134 @@
+"""The `servesim` command line: a thin layer over `servesim.simulate`."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from servesim.errors import ServesimError
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="servesim: simulate LLM serving (vLLM's scheduler, KV cache and step time) without a GPU.",
+    pretty_exceptions_enable=False,
+)
+
+
+@app.callback()
+def _group() -> None:
+    """servesim: simulate LLM serving without a GPU."""
+
+
+def _fail(message: str) -> None:
+    sys.stderr.write(f"error: {message}\n")
+    raise typer.Exit(2)
+
+
+class _ProgressBar:
+    """A rich progress bar that appears only once a run has taken more than a second."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self.started = time.perf_counter()
+        self._bar = None
+        self._task = None
+
+    def __call__(self, sim_ns: int, done: int, total: int) -> None:
+        if not self.enabled:
+            return
+        if self._bar is None:
+            if time.perf_counter() - self.started < 1.0:
+                return
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self._bar = Progress(
+                TextColumn("simulating"), BarColumn(), MofNCompleteColumn(), TextColumn("requests"),
+                TextColumn("[cyan]{task.fields[sim]}[/] simulated"), TimeElapsedColumn(),
+                transient=True,
+            )
+            self._bar.start()
+            self._task = self._bar.add_task("run", total=total, sim="0 s")
+        self._bar.update(self._task, completed=done, sim=f"{sim_ns / 1e9:,.1f} s")
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+
+
+@app.command()
+def run(
+    config: Annotated[Optional[Path], typer.Argument(help="YAML config; omit for the embedded default.")] = None,
+    trace: Annotated[Optional[Path], typer.Option("--trace", help="Replace the workload's trace file.")] = None,
+    out: Annotated[Optional[Path], typer.Option("--out", help="Write summary.json, requests.csv and "
+                                                "config.resolved.yaml into this folder.")] = None,
+    seed: Annotated[Optional[int], typer.Option("--seed", help="Root seed of every random choice.")] = None,
+    set_: Annotated[Optional[list[str]], typer.Option("--set", help="Override a config field: "
+                                                      "dotted.key=YAML_VALUE (repeatable).")] = None,
+    passes: Annotated[Optional[Path], typer.Option("--passes", help="Write one JSON line per engine pass "
+                                                   "to this file (slow; for debugging).")] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing but errors.")] = False,
+) -> None:
+    """Replay a workload through a simulated deployment and print a vllm-bench-style summary."""
+    from servesim.config import config_to_yaml, parse_override
+    from servesim.metrics.output import AtomicFiles, write_json, write_requests_csv
+
+    files = AtomicFiles()
+    progress = _ProgressBar(enabled=not quiet and sys.stderr.isatty())
+    pass_fh = None
+    try:
+        overrides = [parse_override(item) for item in set_ or []]
+        if seed is not None and seed < 0:
+            raise ServesimError(f"--seed must be a non-negative integer, got {seed}")
+        targets = {}
+        if out is not None:
+            for name in ("summary.json", "requests.csv", "config.resolved.yaml"):
+                targets[name] = files.path_for(out / name)
+        if passes is not None:
+            pass_fh = open(files.path_for(passes), "w", encoding="utf-8")
+        from servesim.run import simulate
+
+        result = simulate(config, trace=trace, seed=seed, overrides=overrides, pass_log=pass_fh,
+                          progress=progress)
+        progress.close()
+        if pass_fh is not None:
+            pass_fh.close()
+        if targets:
+            write_json(targets["summary.json"], result.summary)
+            write_requests_csv(targets["requests.csv"], result.requests)
+            targets["config.resolved.yaml"].write_text(config_to_yaml(result.config))
+        files.commit()
+    except ServesimError as err:
+        progress.close()
+        if pass_fh is not None:
+            pass_fh.close()
+        files.abort()
+        _fail(str(err))
+    except KeyboardInterrupt:
+        progress.close()
+        files.abort()
+        sys.stderr.write("interrupted; nothing was written\n")
+        raise typer.Exit(130) from None
+    except BaseException:
+        files.abort()
+        raise
+    if not quiet:
+        from servesim.metrics.table import print_summary
+
+        print_summary(result.summary, result.config)
+
+
+def main() -> None:
+    try:
+        app()
+    except ServesimError as err:  # raised outside a command, e.g. while parsing options
+        sys.stderr.write(f"error: {err}\n")
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,125 @@
+"""The discrete-event loop: client → frontend → worker passes → records.
+
+Events are kept in a heap ordered by (time, kind, sequence number). At one
+instant the kinds run in this order, and events of one kind in the order they
+were created:
+
+1. pass ends: outputs are processed, finished requests are recorded, and a
+   closed-loop client sends its next request (stamped at this instant);
+2. frontend arrivals: tokenization, then routing to a worker (or rejection);
+3. engine arrivals: the request enters the worker's intake;
+4. scheduler calls: a worker reads its intake and commits passes.
+
+So a scheduler call at time t sees every request that reached its engine by t,
+and the worker decides from the arrival times which of them it may read
+(see engine/worker.py).
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+from collections.abc import Callable, Iterator
+
+from servesim.engine.passes import ScheduledPass
+from servesim.engine.request import Request, Status
+from servesim.engine.worker import Worker
+from servesim.metrics.collector import Collector
+from servesim.workload.clients import Client
+from servesim.workload.trace import TraceRequest
+
+PASS_END, FRONTEND_ARRIVAL, ENGINE_ARRIVAL, SCHEDULER_CALL = 0, 1, 2, 3
+
+ProgressFn = Callable[[int, int], None]  # (simulated ns, requests done)
+
+
+class Simulation:
+    def __init__(
+        self,
+        client: Client,
+        tokenization_ns: int,
+        max_model_len: int,
+        make_request: Callable[[TraceRequest, int, int], Request],
+        collector: Collector,
+    ) -> None:
+        self._heap: list = []
+        self._seq = 0
+        self.client = client
+        self.tokenization_ns = tokenization_ns
+        self.max_model_len = max_model_len
+        self.make_request = make_request
+        self.collector = collector
+        self.workers: list[Worker] = []
+        self.now = 0
+        self.requests_done = 0
+        self._feed: Iterator[tuple[int, TraceRequest]] | None = None
+
+    # ------------------------------------------------------------------ scheduling events
+
+    def push(self, t: int, kind: int, handler: Callable, arg: object) -> None:
+        self._seq += 1
+        heapq.heappush(self._heap, (t, kind, self._seq, handler, arg))
+
+    def push_pass_end(self, t: int, worker: Worker, done: ScheduledPass) -> None:
+        self.push(t, PASS_END, worker.on_pass_end, done)
+
+    def push_scheduler_call(self, t: int, worker: Worker) -> None:
+        self.push(t, SCHEDULER_CALL, worker.on_scheduler_call, None)
+
+    # ------------------------------------------------------------------ handlers
+
+    def _on_feed_arrival(self, now: int, trace_request: TraceRequest) -> None:
+        self._push_next_feed()
+        self._on_frontend_arrival(now, trace_request)
+
+    def _push_next_feed(self) -> None:
+        nxt = next(self._feed, None)
+        if nxt is not None:
+            self.push(nxt[0], FRONTEND_ARRIVAL, self._on_feed_arrival, nxt[1])
+
+    def _on_frontend_arrival(self, now: int, trace_request: TraceRequest) -> None:
+        engine_arrival = now + self.tokenization_ns
+        worker = self.workers[0]
+        request = self.make_request(trace_request, now, engine_arrival)
+        if trace_request.input_length >= self.max_model_len:
+            # vLLM's frontend refuses a prompt that leaves no room for one output token.
+            request.status = Status.REJECTED
+            request.worker = worker.name
+            request.finish_ns = engine_arrival
+            self._complete(request, engine_arrival)
+            return
+        self.push(engine_arrival, ENGINE_ARRIVAL, worker.on_engine_arrival, request)
+
+    def on_pass_done(self, worker: Worker, done: ScheduledPass) -> None:
+        self.collector.on_pass(worker, done)
+        for request in done.finished:
+            self._complete(request, done.end_ns)
+
+    def _complete(self, request: Request, now: int) -> None:
+        self.requests_done += 1
+        self.collector.on_request_done(request)
+        follow = self.client.on_complete(now)
+        if follow is not None:
+            self.push(now, FRONTEND_ARRIVAL, self._on_frontend_arrival, follow)
+
+    # ------------------------------------------------------------------ loop
+
+    def run(self, progress: ProgressFn | None = None, progress_every_s: float = 0.2) -> None:
+        self._feed = self.client.initial()
+        self._push_next_feed()
+        heap = self._heap
+        pop = heapq.heappop
+        next_report = time.perf_counter() + progress_every_s if progress else None
+        events = 0
+        while heap:
+            t, _, _, handler, arg = pop(heap)
+            self.now = t
+            handler(t, arg)
+            events += 1
+            if next_report is not None and events & 1023 == 0:
+                wall = time.perf_counter()
+                if wall >= next_report:
+                    progress(t, self.requests_done)
+                    next_report = wall + progress_every_s
+        if progress:
+            progress(self.now, self.requests_done)

@@ -1,0 +1,465 @@
+"""The configuration schema: what a user may write, validated strictly.
+
+Every model forbids unknown keys and coerces nothing (`strict=True`): `1` is not
+a boolean, `"5"` is not a number. `load_config` turns a file, dict or model
+into a validated `SimulationConfig`; `resolve_config` fills every `null` that
+stands for an engine default, so the resolved config says exactly what ran.
+Field meanings, units and defaults are documented in docs/config.md.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from servesim.errors import ServesimError
+from servesim.yaml_io import dump_yaml, load_yaml
+
+PositiveInt = Annotated[int, Field(gt=0)]
+NonNegativeInt = Annotated[int, Field(ge=0)]
+PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+NonNegativeFloat = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+Probability = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
+
+
+class StrictModel(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid", validate_default=True)
+
+
+# --------------------------------------------------------------------------- timing
+
+
+class FixedTiming(StrictModel):
+    kind: Literal["fixed"]
+    pass_ms: PositiveFloat = 10.0
+
+
+class PolynomialTiming(StrictModel):
+    """pass time = base + a·prefill tokens + b·decode tokens + c·context tokens + d·requests.
+
+    The defaults are representative of Llama-3.1-8B in bf16 on one H100-SXM
+    under vLLM (see docs/config.md for where they come from).
+    """
+
+    kind: Literal["polynomial"]
+    base_ms: NonNegativeFloat = 6.5
+    per_prefill_token_ms: NonNegativeFloat = 0.04
+    per_decode_token_ms: NonNegativeFloat = 0.02
+    per_context_token_ms: NonNegativeFloat = 4.0e-5
+    per_request_ms: NonNegativeFloat = 0.0
+
+
+TimingConfig = Annotated[Union[FixedTiming, PolynomialTiming], Field(discriminator="kind")]
+
+
+# --------------------------------------------------------------------------- schedulers
+
+
+class VllmSchedulerConfig(StrictModel):
+    """vLLM's scheduler and cache settings, named as its CLI flags."""
+
+    max_num_seqs: PositiveInt | None = None
+    max_num_batched_tokens: PositiveInt | None = None
+    block_size: PositiveInt = 16
+    num_gpu_blocks: Annotated[int, Field(ge=2)] = 27000
+    max_model_len: PositiveInt | None = None
+    enable_chunked_prefill: bool = True
+    enable_prefix_caching: bool = True
+    long_prefill_token_threshold: NonNegativeInt = 0
+    async_scheduling: bool | None = None
+    watermark: Annotated[float, Field(ge=0, lt=1)] = 0.0
+
+
+class SglangSchedulerConfig(StrictModel):
+    """SGLang's server arguments (accepted and validated; the backend is not simulated yet)."""
+
+    max_running_requests: PositiveInt | None = None
+    chunked_prefill_size: int | None = None
+    max_prefill_tokens: PositiveInt | None = None
+    max_total_tokens: PositiveInt | None = None
+    page_size: PositiveInt = 1
+    schedule_policy: Literal["fcfs", "lpm"] = "fcfs"
+    disable_radix_cache: bool = False
+    disable_overlap_schedule: bool = False
+    enable_mixed_chunk: bool = False
+    init_new_token_ratio: Probability = 0.7
+    min_new_token_ratio: Probability = 0.1
+    new_token_ratio_decay: Probability = 0.001
+
+
+class TrtllmSchedulerConfig(StrictModel):
+    """TensorRT-LLM's LLM-API settings (accepted and validated; the backend is not simulated yet)."""
+
+    max_batch_size: PositiveInt | None = None
+    max_num_tokens: PositiveInt | None = None
+    tokens_per_block: PositiveInt = 32
+    max_tokens: PositiveInt | None = None
+    capacity_scheduler_policy: Literal["GUARANTEED_NO_EVICT", "MAX_UTILIZATION"] = "GUARANTEED_NO_EVICT"
+    enable_chunked_context: bool = True
+    enable_block_reuse: bool = True
+    disable_overlap_scheduler: bool = False
+
+
+SCHEDULER_SCHEMAS: dict[str, type[StrictModel]] = {
+    "vllm": VllmSchedulerConfig,
+    "sglang": SglangSchedulerConfig,
+    "trtllm": TrtllmSchedulerConfig,
+}
+_BACKEND_LABEL = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM"}
+
+# The same knob under each engine's own name (a leading "!" marks an inverted boolean).
+_COUNTERPARTS: tuple[dict[str, str], ...] = (
+    {"vllm": "max_num_seqs", "sglang": "max_running_requests", "trtllm": "max_batch_size"},
+    {"vllm": "max_num_batched_tokens", "sglang": "chunked_prefill_size", "trtllm": "max_num_tokens"},
+    {"vllm": "block_size", "sglang": "page_size", "trtllm": "tokens_per_block"},
+    {"vllm": "num_gpu_blocks", "sglang": "max_total_tokens", "trtllm": "max_tokens"},
+    {"vllm": "enable_prefix_caching", "sglang": "!disable_radix_cache", "trtllm": "enable_block_reuse"},
+    {"vllm": "enable_chunked_prefill", "sglang": "chunked_prefill_size", "trtllm": "enable_chunked_context"},
+    {"vllm": "async_scheduling", "sglang": "!disable_overlap_schedule", "trtllm": "!disable_overlap_scheduler"},
+)
+
+
+def _counterpart(key: str, backend: str) -> str | None:
+    for row in _COUNTERPARTS:
+        if any(name.lstrip("!") == key for name in row.values()) and backend in row:
+            name = row[backend]
+            return f"{name[1:]} (inverted)" if name.startswith("!") else name
+    return None
+
+
+# --------------------------------------------------------------------------- workers
+
+
+class SpeculativeConfig(StrictModel):
+    method: Literal["ngram", "eagle", "mtp"]
+    num_speculative_tokens: PositiveInt
+    acceptance_rate: Probability | list[Probability]
+
+    @model_validator(mode="after")
+    def _per_position_length(self) -> SpeculativeConfig:
+        rates = self.acceptance_rate
+        if isinstance(rates, list) and len(rates) != self.num_speculative_tokens:
+            raise ValueError(
+                f"acceptance_rate lists {len(rates)} per-position rates but "
+                f"num_speculative_tokens is {self.num_speculative_tokens}"
+            )
+        return self
+
+
+class RoleConfig(StrictModel):
+    count: PositiveInt = 1
+    tp: PositiveInt = 1
+    # Validated against engine.backend's schema by `load_config` (it depends on a sibling
+    # of this model's parent, which a field validator cannot see).
+    scheduler: Union[VllmSchedulerConfig, SglangSchedulerConfig, TrtllmSchedulerConfig, None] = None
+    speculative: SpeculativeConfig | None = None
+
+
+class WorkersConfig(StrictModel):
+    aggregated: RoleConfig = Field(default_factory=RoleConfig)
+
+
+class EngineConfig(StrictModel):
+    backend: Literal["vllm", "sglang", "trtllm"] = "vllm"
+    tokenization_ms: NonNegativeFloat = 0.0
+    timing: TimingConfig = Field(default_factory=lambda: PolynomialTiming(kind="polynomial"))
+    workers: WorkersConfig = Field(default_factory=WorkersConfig)
+
+    def roles(self) -> dict[str, RoleConfig]:
+        return {"aggregated": self.workers.aggregated}
+
+
+# --------------------------------------------------------------------------- workload
+
+
+class LengthRange(StrictModel):
+    min: PositiveInt
+    max: PositiveInt
+
+    @model_validator(mode="after")
+    def _ordered(self) -> LengthRange:
+        if self.min > self.max:
+            raise ValueError(f"min ({self.min}) is larger than max ({self.max})")
+        return self
+
+
+Length = Union[PositiveInt, LengthRange]
+
+
+class SyntheticConfig(StrictModel):
+    num_requests: PositiveInt
+    input_length: Length
+    output_length: Length
+    seed: NonNegativeInt | None = None
+
+
+class OpenLoopClient(StrictModel):
+    mode: Literal["open_loop"]
+    time_scale: PositiveFloat = 1.0
+
+
+class PoissonClient(StrictModel):
+    mode: Literal["poisson"]
+    rate: PositiveFloat
+
+
+class ClosedLoopClient(StrictModel):
+    mode: Literal["closed_loop"]
+    concurrency: PositiveInt
+
+
+ClientConfig = Annotated[Union[OpenLoopClient, PoissonClient, ClosedLoopClient], Field(discriminator="mode")]
+TRACE_FORMATS = ("mooncake", "azure", "vidur", "servesim-jsonl")
+
+
+class WorkloadConfig(StrictModel):
+    trace: str | None = None
+    synthetic: SyntheticConfig | None = None
+    format: Literal["mooncake", "azure", "vidur", "servesim-jsonl"] | None = None
+    trace_block_size: PositiveInt = 512
+    max_requests: PositiveInt | None = None
+    client: ClientConfig = Field(default_factory=lambda: OpenLoopClient(mode="open_loop"))
+
+    @model_validator(mode="after")
+    def _one_source(self) -> WorkloadConfig:
+        if (self.trace is None) == (self.synthetic is None):
+            raise ValueError("give exactly one of workload.trace and workload.synthetic")
+        return self
+
+
+class SloConfig(StrictModel):
+    ttft_ms: PositiveFloat | None = 2000.0
+    tpot_ms: PositiveFloat | None = 50.0
+    e2e_ms: PositiveFloat | None = None
+
+
+class SimulationConfig(StrictModel):
+    model: str = "llama-3.1-8b"
+    gpu: str = "h100-sxm"
+    seed: NonNegativeInt = 0
+    engine: EngineConfig = Field(default_factory=EngineConfig)
+    workload: WorkloadConfig
+    slo: SloConfig = Field(default_factory=SloConfig)
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def _format_location(loc: tuple, data: Any) -> str:
+    """Dotted path of a validation error, without pydantic's union-tag steps."""
+    parts: list[str] = []
+    node = data
+    for step in loc:
+        if isinstance(node, dict) and step in node:
+            parts.append(str(step))
+            node = node[step]
+        elif isinstance(node, list) and isinstance(step, int) and step < len(node):
+            parts.append(f"[{step}]")
+            node = node[step]
+        elif isinstance(node, dict) and isinstance(step, str) and step in (
+            node.get("kind"), node.get("mode"), node.get("method"),
+        ):
+            continue  # the tag pydantic inserts for a discriminated union
+        elif isinstance(step, str) and (
+            step[:1].isupper() or any(c in step for c in "[-,") or step in _UNION_MEMBER_WORDS
+        ):
+            continue  # a union member's name, e.g. "constrained-int" or "LengthRange"
+        else:
+            parts.append(str(step))
+            node = None
+    return ".".join(parts).replace(".[", "[")
+
+
+_UNION_MEMBER_WORDS = {"int", "float", "bool", "str", "none", "list", "dict"}
+_TYPE_WORDS = {
+    "bool_type": "true or false",
+    "int_type": "an integer",
+    "float_type": "a number",
+    "string_type": "a string",
+    "dict_type": "a mapping",
+    "list_type": "a list",
+    "model_type": "a mapping",
+}
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return f'"{value}" (a string)'
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    return repr(value)
+
+
+def _error_sentence(err: ValidationError, data: Any, source: str, prefix: str = "") -> str:
+    errors = err.errors(include_url=False)
+    # A union reports one complaint per member; a type mismatch usually means the wrong
+    # member, so prefer the deepest error that is not one.
+    first = max(errors, key=lambda e: (len(e["loc"]), not e["type"].endswith("_type"))) if errors else None
+    if first is None:
+        return f"{source}: invalid configuration"
+    where = ".".join(p for p in (prefix, _format_location(first["loc"], data)) if p)
+    kind = first["type"]
+    if kind == "extra_forbidden":
+        what = f"unknown key {where}"
+    elif kind in _TYPE_WORDS:
+        what = f"{where} must be {_TYPE_WORDS[kind]}, got {_describe(first.get('input'))}"
+    elif kind == "missing":
+        what = f"{where} is required"
+    elif kind == "union_tag_invalid":
+        ctx = first.get("ctx", {})
+        what = f"{where}: {ctx.get('discriminator', 'tag')} must be one of {ctx.get('expected_tags')}"
+    elif kind == "value_error":
+        msg = str(first.get("ctx", {}).get("error", first["msg"]))
+        what = f"{where}: {msg}" if where else msg
+    else:
+        msg = first["msg"]
+        msg = msg[0].lower() + msg[1:] if msg else msg
+        what = f"{where}: {msg}, got {_describe(first.get('input'))}" if where else msg
+    extra = len({tuple(e["loc"][:1]) for e in errors}) - 1
+    more = f" (and {extra} more)" if extra > 0 else ""
+    return f"{source}: {what}{more}"
+
+
+def set_dotted(data: dict, dotted: str, value: Any) -> None:
+    """Set `a.b.c` in nested dicts, creating the intermediate mappings."""
+    keys = dotted.split(".")
+    if not all(keys):
+        raise ServesimError(f"--set {dotted!r}: the key must be a dotted path like engine.timing.kind")
+    node = data
+    for key in keys[:-1]:
+        child = node.get(key)
+        if child is None:
+            child = node[key] = {}
+        elif not isinstance(child, dict):
+            raise ServesimError(f"--set {dotted}: {key} is not a mapping")
+        node = child
+    node[keys[-1]] = value
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """`key.path=YAML` → (path, parsed value)."""
+    if "=" not in text:
+        raise ServesimError(f"--set {text!r}: expected dotted.key=VALUE")
+    key, raw = text.split("=", 1)
+    return key.strip(), load_yaml(raw, f"--set {key.strip()}")
+
+
+class LoadedConfig:
+    """A validated config plus where relative paths in it are anchored."""
+
+    def __init__(self, config: SimulationConfig, base_dir: Path, source: str):
+        self.config = config
+        self.base_dir = base_dir
+        self.source = source
+
+    def trace_path(self) -> Path | None:
+        trace = self.config.workload.trace
+        if trace is None:
+            return None
+        path = Path(trace).expanduser()
+        return path if path.is_absolute() else (self.base_dir / path)
+
+
+def default_config_path() -> Path:
+    from importlib import resources
+
+    return Path(str(resources.files("servesim").joinpath("data", "default.yaml")))
+
+
+def read_config_file(path: Path) -> dict:
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise ServesimError(f"config file {path} does not exist") from None
+    except OSError as err:
+        raise ServesimError(f"cannot read config file {path}: {err.strerror}") from None
+    data = load_yaml(text, str(path))
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ServesimError(f"{path}: the config must be a mapping of keys to values")
+    return data
+
+
+def _validate_schedulers(config: SimulationConfig, raw: dict[str, Any], source: str) -> None:
+    """Validate each role's `scheduler` mapping against the schema of engine.backend."""
+    backend = config.engine.backend
+    schema = SCHEDULER_SCHEMAS[backend]
+    for role, role_cfg in config.engine.roles().items():
+        where = f"engine.workers.{role}.scheduler"
+        data = raw.get(role, {})
+        if data is None:
+            data = {}
+        if not isinstance(data, dict):
+            raise ServesimError(f"{source}: {where} must be a mapping, got {_describe(data)}")
+        for key in data:
+            owners = [b for b, s in SCHEDULER_SCHEMAS.items() if key in s.model_fields]
+            if key not in schema.model_fields and owners:
+                twin = _counterpart(key, backend)
+                hint = f"; {_BACKEND_LABEL[backend]}'s counterpart is {twin}" if twin else ""
+                raise ServesimError(
+                    f"{source}: {where}.{key} is a {_BACKEND_LABEL[owners[0]]} setting, not valid with "
+                    f"engine.backend {backend}{hint}"
+                )
+        try:
+            role_cfg.scheduler = schema.model_validate(data)
+        except ValidationError as err:
+            raise ServesimError(_error_sentence(err, data, source, prefix=where)) from None
+        spec = role_cfg.speculative
+        if backend == "vllm" and role_cfg.scheduler.async_scheduling is True and spec and spec.method == "ngram":
+            raise ServesimError(
+                f"{source}: {where}.async_scheduling: true cannot be combined with ngram speculative "
+                "decoding (vLLM runs ngram drafts synchronously); leave it unset or set it to false"
+            )
+
+
+def load_config(
+    config: SimulationConfig | dict | str | Path | None = None,
+    overrides: list[tuple[str, Any]] | None = None,
+) -> LoadedConfig:
+    """Validate a config given as a model, a dict, or a YAML path (None = the embedded default)."""
+    if isinstance(config, SimulationConfig):
+        data, base_dir, source = config.model_dump(mode="python"), Path.cwd(), "config"
+    elif isinstance(config, dict):
+        data, base_dir, source = copy.deepcopy(config), Path.cwd(), "config"
+    else:
+        path = default_config_path() if config is None else Path(config)
+        data, base_dir, source = read_config_file(path), path.resolve().parent, str(path)
+    for key, value in overrides or []:
+        set_dotted(data, key, value)
+    schedulers = _pop_schedulers(data)
+    try:
+        model = SimulationConfig.model_validate(data)
+    except ValidationError as err:
+        raise ServesimError(_error_sentence(err, data, source)) from None
+    _validate_schedulers(model, schedulers, source)
+    return LoadedConfig(model, base_dir, source)
+
+
+def _pop_schedulers(data: dict) -> dict[str, Any]:
+    """Take each role's raw `scheduler` out of `data` (validated separately, by backend)."""
+    workers = (data.get("engine") or {}).get("workers") if isinstance(data.get("engine"), dict) else None
+    taken: dict[str, Any] = {}
+    if isinstance(workers, dict):
+        for role, role_cfg in workers.items():
+            if isinstance(role_cfg, dict) and "scheduler" in role_cfg:
+                taken[role] = role_cfg.pop("scheduler")
+    return taken
+
+
+def config_hash(config: SimulationConfig) -> str:
+    blob = json.dumps(config.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def config_to_yaml(config: SimulationConfig) -> str:
+    return dump_yaml(config.model_dump(mode="json"))

@@ -1,0 +1,77 @@
+"""A request as an engine sees it: one state model for every phase.
+
+There is no prefill or decode phase (as in vLLM v1): a request has
+`num_computed` tokens whose KV is computed or scheduled, and `num_tokens`
+known tokens (prompt plus outputs delivered so far). Each pass gives it tokens
+so the first catches up with the second.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+from servesim.workload.prompt import BlockKeys
+
+
+class Status(IntEnum):
+    WAITING = 0      # never scheduled
+    RUNNING = 1
+    PREEMPTED = 2    # back in the waiting queue after preemption
+    FINISHED = 3
+    REJECTED = 4     # refused at the frontend (prompt too long)
+
+
+class Request:
+    __slots__ = (
+        # identity and size
+        "request_id", "arrival_ns", "engine_arrival_ns", "prompt_len", "max_tokens",
+        "requested_output", "keys",
+        # scheduler state
+        "status", "num_computed", "num_output", "placeholders", "in_flight", "stale",
+        "is_prefill_chunk", "blocks", "num_cached_blocks", "num_preemptions",
+        # measurements
+        "first_scheduled_ns", "first_token_ns", "last_token_ns", "finish_ns", "cached_tokens",
+        "worker",
+    )
+
+    def __init__(
+        self,
+        request_id: int,
+        arrival_ns: int,
+        engine_arrival_ns: int,
+        prompt_len: int,
+        max_tokens: int,
+        requested_output: int,
+        keys: BlockKeys | None,
+    ) -> None:
+        self.request_id = request_id
+        self.arrival_ns = arrival_ns              # at the frontend (TTFT counts from here)
+        self.engine_arrival_ns = engine_arrival_ns  # after tokenization
+        self.prompt_len = prompt_len
+        self.max_tokens = max_tokens              # output tokens the engine will produce
+        self.requested_output = requested_output  # as the trace asked, before max_model_len clamps it
+        self.keys = keys
+        self.status = Status.WAITING
+        self.num_computed = 0
+        self.num_output = 0
+        self.placeholders = 0   # async scheduling: outputs scheduled but not yet delivered
+        self.in_flight = 0      # tokens scheduled in passes whose outputs are not processed
+        self.stale = 0          # in-flight tokens scheduled before the last preemption
+        self.is_prefill_chunk = False
+        self.blocks: list[int] = []
+        self.num_cached_blocks = 0
+        self.num_preemptions = 0
+        self.first_scheduled_ns: int | None = None
+        self.first_token_ns: int | None = None
+        self.last_token_ns: int | None = None
+        self.finish_ns: int | None = None
+        self.cached_tokens: int | None = None   # prefix-cache hit at first admission
+        self.worker = ""
+
+    @property
+    def num_tokens(self) -> int:
+        return self.prompt_len + self.num_output
+
+    def __repr__(self) -> str:
+        return (f"Request({self.request_id}, {self.status.name}, computed={self.num_computed}, "
+                f"tokens={self.num_tokens}, blocks={len(self.blocks)})")

@@ -1,0 +1,145 @@
+"""One engine process: when it reads arrivals, commits passes and runs them.
+
+This follows vLLM's engine core loop (`v1/engine/core.py`, vLLM 0.32):
+
+- Synchronous (`EngineCore.step`): at each pass end the outputs are processed,
+  every request that has arrived by then (arrival <= now) is read, and the
+  next pass is scheduled and starts at once.
+- Async scheduling (`EngineCore.step_with_batch_queue`, a batch queue of two):
+  while pass k runs, pass k+1 is already committed. At the end of pass k the
+  engine processes k's outputs, the committed pass k+1 starts, and only then
+  are new arrivals read and pass k+2 committed behind it. So an arrival during
+  pass k first runs in pass k+2. An arrival at exactly a pass end counts as a
+  reaction to that pass's outputs and is read at the next pass end, unless the
+  engine is idle then (nothing running or waiting after reading earlier
+  arrivals): an idle engine admits an arrival in a pass starting at the
+  arrival time. When the committed pass turns out empty (its requests already
+  have every token scheduled) it takes no time, and the GPU is free: the next
+  pass starts at the pass end, and one more is committed behind it.
+
+Events at one instant are handled in this order: pass ends, frontend
+arrivals, engine arrivals, scheduler calls (see cluster/simulation.py).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+
+from servesim.engine.passes import ScheduledPass
+from servesim.engine.request import Request
+from servesim.engine.vllm_scheduler import VllmScheduler
+from servesim.timing.base import PassShape, TimingModel
+
+PassListener = Callable[["Worker", ScheduledPass], None]
+
+
+class Worker:
+    def __init__(
+        self,
+        name: str,
+        scheduler: VllmScheduler,
+        timing: TimingModel,
+        async_scheduling: bool,
+        sim,
+        on_pass_done: PassListener,
+    ) -> None:
+        self.name = name
+        self.scheduler = scheduler
+        self.timing = timing
+        self.async_scheduling = async_scheduling
+        self.sim = sim
+        self.on_pass_done = on_pass_done
+        self.intake: deque[Request] = deque()   # arrived, not yet read by the engine
+        self.executing: ScheduledPass | None = None
+        self.queued: ScheduledPass | None = None  # async: committed, waits for the GPU
+        self.call_pending = False
+        self.num_passes = 0
+        self.busy_ns = 0
+        self.pending_preempted: list[Request] = []  # preemptions of empty scheduler calls
+
+    # ------------------------------------------------------------------ events
+
+    def on_engine_arrival(self, now: int, request: Request) -> None:
+        request.worker = self.name
+        self.intake.append(request)
+        if self.executing is None and not self.call_pending:
+            self._request_call(now)
+
+    def on_pass_end(self, now: int, done: ScheduledPass) -> None:
+        self.executing = None
+        self.scheduler.update_from_output(done)
+        self.on_pass_done(self, done)
+        if self.queued is not None:
+            self._start(self.queued, now)
+            self.queued = None
+        self._request_call(now)
+
+    def on_scheduler_call(self, now: int, _: object = None) -> None:
+        self.call_pending = False
+        if not self.async_scheduling:
+            self._read_intake(now, inclusive=True)
+            first = self._schedule_nonempty()
+            if first is not None:
+                self._start(first, now)
+            return
+        self._read_intake(now, inclusive=False)
+        if self.executing is None:
+            if not self.scheduler.has_unfinished():
+                self._read_intake(now, inclusive=True)
+            first = self._schedule_nonempty()
+            if first is None:
+                return
+            self._start(first, now)
+        follow = self._schedule()
+        if follow:
+            self.queued = follow
+
+    # ------------------------------------------------------------------ internals
+
+    def _request_call(self, now: int) -> None:
+        self.call_pending = True
+        self.sim.push_scheduler_call(now, self)
+
+    def _read_intake(self, now: int, inclusive: bool) -> None:
+        intake = self.intake
+        add = self.scheduler.add_request
+        while intake and (
+            intake[0].engine_arrival_ns < now or (inclusive and intake[0].engine_arrival_ns == now)
+        ):
+            add(intake.popleft())
+
+    def _schedule(self) -> ScheduledPass:
+        decided = self.scheduler.schedule()
+        decided.free_blocks = self.scheduler.kv.num_free
+        if decided.preempted or self.pending_preempted:
+            if not decided:
+                self.pending_preempted.extend(decided.preempted)
+            else:
+                decided.preempted = self.pending_preempted + decided.preempted
+                self.pending_preempted = []
+        return decided
+
+    def _schedule_nonempty(self) -> ScheduledPass | None:
+        """Schedule until a pass has tokens; None if the engine has nothing to run."""
+        for _ in range(8):
+            if not self.scheduler.has_unfinished():
+                return None
+            decided = self._schedule()
+            if decided:
+                return decided
+        # A scheduler call that frees nothing and admits nothing would repeat forever.
+        raise RuntimeError(f"{self.name}: the scheduler made no progress (this is a servesim bug)")
+
+    def _start(self, decided: ScheduledPass, now: int) -> None:
+        decided.index = self.num_passes
+        self.num_passes += 1
+        duration = self.timing.duration_ns(PassShape.of(decided.entries))
+        decided.start_ns = now
+        decided.end_ns = now + duration
+        self.busy_ns += duration
+        for entry in decided.entries:
+            if entry.request.first_scheduled_ns is None:
+                entry.request.first_scheduled_ns = now
+        self.executing = decided
+        self.sim.push_pass_end(decided.end_ns, self, decided)

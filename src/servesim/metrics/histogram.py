@@ -1,0 +1,59 @@
+"""A log-bucketed histogram with bounded relative error, for latency percentiles.
+
+Bucket i holds values in (γ^(i-1), γ^i] with γ = (1+α)/(1-α); reporting
+2γ^i/(γ+1) for it is within α of every value in it. With α = 0.5% memory
+grows with the log of the value range, not with the number of samples.
+"""
+
+from __future__ import annotations
+
+import math
+
+
+class LogHistogram:
+    def __init__(self, relative_error: float = 0.005) -> None:
+        self._gamma = (1 + relative_error) / (1 - relative_error)
+        self._log_gamma = math.log(self._gamma)
+        self.counts: dict[int, int] = {}
+        self.count = 0
+        self.total = 0
+        self.zeros = 0
+
+    def add(self, value: int) -> None:
+        self.count += 1
+        self.total += value
+        if value <= 0:
+            self.zeros += 1
+            return
+        index = math.ceil(math.log(value) / self._log_gamma)
+        self.counts[index] = self.counts.get(index, 0) + 1
+
+    def _value(self, index: int) -> float:
+        return 2 * self._gamma**index / (self._gamma + 1)
+
+    def _order_statistic(self, rank: int, ordered: list[tuple[int, int]]) -> float:
+        if rank < self.zeros:
+            return 0.0
+        seen = self.zeros
+        for index, n in ordered:
+            seen += n
+            if rank < seen:
+                return self._value(index)
+        return self._value(ordered[-1][0])
+
+    def percentile(self, q: float) -> float:
+        """Like numpy's linear-interpolation percentile, on bucket representatives."""
+        if self.count == 0:
+            return math.nan
+        ordered = sorted(self.counts.items())
+        position = q / 100 * (self.count - 1)
+        low = math.floor(position)
+        low_value = self._order_statistic(low, ordered)
+        if position == low:
+            return low_value
+        high_value = self._order_statistic(low + 1, ordered)
+        return low_value + (high_value - low_value) * (position - low)
+
+    @property
+    def mean(self) -> float:
+        return self.total / self.count if self.count else math.nan

@@ -1,0 +1,76 @@
+"""Writing a run's files atomically: everything lands under its final name, or nothing does."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from servesim.errors import ServesimError
+from servesim.metrics.records import REQUEST_COLUMNS, RequestRecord, csv_row
+
+
+class AtomicFiles:
+    """Collects files in a scratch folder beside their destination, then renames them into place.
+
+    On any failure the scratch folder is removed and nothing under the final
+    names has changed (a folder created for the run is removed too).
+    """
+
+    def __init__(self) -> None:
+        self._pending: list[tuple[Path, Path]] = []   # (scratch file, final path)
+        self._scratch_dirs: list[Path] = []
+        self._created_dirs: list[Path] = []
+
+    def path_for(self, final: Path) -> Path:
+        final = Path(final)
+        parent = final.parent
+        if not parent.exists():
+            try:
+                parent.mkdir(parents=True)
+            except OSError as err:
+                raise ServesimError(f"cannot create folder {parent}: {err.strerror}") from None
+            self._created_dirs.append(parent)
+        elif not parent.is_dir():
+            raise ServesimError(f"{parent} exists and is not a folder")
+        try:
+            scratch = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".tmp", dir=parent))
+        except OSError as err:
+            raise ServesimError(f"cannot write in {parent}: {err.strerror}") from None
+        self._scratch_dirs.append(scratch)
+        path = scratch / final.name
+        self._pending.append((path, final))
+        return path
+
+    def commit(self) -> None:
+        for scratch, final in self._pending:
+            if final.is_dir():
+                raise ServesimError(f"{final} is a folder; cannot write a file there")
+        for scratch, final in self._pending:
+            os.replace(scratch, final)
+        self._cleanup_scratch()
+
+    def abort(self) -> None:
+        self._cleanup_scratch()
+        for folder in reversed(self._created_dirs):
+            shutil.rmtree(folder, ignore_errors=True)
+
+    def _cleanup_scratch(self) -> None:
+        for scratch in self._scratch_dirs:
+            shutil.rmtree(scratch, ignore_errors=True)
+        self._scratch_dirs = []
+
+
+def write_requests_csv(path: Path, records: list[RequestRecord]) -> None:
+    with open(path, "w", encoding="utf-8", newline="") as fh:
+        fh.write(",".join(REQUEST_COLUMNS) + "\n")
+        for record in records:
+            fh.write(csv_row(record) + "\n")
+
+
+def write_json(path: Path, data: dict) -> None:
+    with open(path, "w", encoding="utf-8") as fh:
+        json.dump(data, fh, indent=2)
+        fh.write("\n")

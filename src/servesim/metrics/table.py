@@ -1,0 +1,79 @@
+"""The summary table printed after a run, laid out like `vllm bench serve`'s report."""
+
+from __future__ import annotations
+
+from servesim.config import SimulationConfig
+
+
+def _num(value, digits: int = 2) -> str:
+    if value is None:
+        return "n/a"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return f"{value:,.{digits}f}"
+
+
+def summary_rows(summary: dict, config: SimulationConfig) -> list[tuple[str, str] | str]:
+    """Rows of (label, value); a bare string starts a section."""
+    slo = config.slo
+    slo_text = ", ".join(
+        f"{name} <= {value:g} ms"
+        for name, value in (("TTFT", slo.ttft_ms), ("TPOT", slo.tpot_ms), ("E2E", slo.e2e_ms))
+        if value is not None
+    ) or "none"
+    rows: list[tuple[str, str] | str] = [
+        "Serving Benchmark Result (simulated)",
+        ("Successful requests", _num(summary["completed"])),
+        ("Failed requests", _num(summary["failed_requests"])),
+        ("Benchmark duration (s)", _num(summary["duration_ms"] / 1e3)),
+        ("Total input tokens", _num(summary["total_input_tokens"])),
+        ("Total generated tokens", _num(summary["total_output_tokens"])),
+        ("Request throughput (req/s)", _num(summary["request_throughput_req_s"])),
+        ("Request goodput (req/s)", _num(summary["request_goodput_req_s"])),
+        ("Output token throughput (tok/s)", _num(summary["output_throughput_tok_s"])),
+        ("Total token throughput (tok/s)", _num(summary["total_token_throughput_tok_s"])),
+        ("Prefix cache hit rate (%)", _num(None if summary["prefix_cache_hit_rate"] is None
+                                           else 100 * summary["prefix_cache_hit_rate"])),
+        ("Preemptions", _num(summary["preemptions"])),
+    ]
+    for title, key in (("Time to First Token", "ttft"), ("Time per Output Token (excl. 1st token)", "tpot"),
+                       ("Inter-token Latency", "itl"), ("End-to-end Latency", "e2e")):
+        short = key.upper() if key != "e2e" else "E2E"
+        rows.append(title)
+        rows.append((f"Mean {short} (ms)", _num(summary[f"mean_{key}_ms"])))
+        rows.append((f"Median {short} (ms)", _num(summary[f"median_{key}_ms"])))
+        rows.append((f"P90 {short} (ms)", _num(summary[f"p90_{key}_ms"])))
+        rows.append((f"P99 {short} (ms)", _num(summary[f"p99_{key}_ms"])))
+    rows.append("Goodput and simulator")
+    rows.append(("SLOs", slo_text))
+    rows.append(("Good requests", _num(summary["good_requests"])))
+    rows.append(("Goodput output throughput (tok/s)", _num(summary["goodput_output_throughput_tok_s"])))
+    rows.append(("Simulator wall time (s)", _num(summary["wall_time_ms"] / 1e3, 3)))
+    return rows
+
+
+def format_summary(summary: dict, config: SimulationConfig) -> list[str]:
+    """Plain lines, 50 columns wide, as `vllm bench serve` prints its result."""
+    lines = []
+    for row in summary_rows(summary, config):
+        if isinstance(row, str):
+            fill = "=" if not lines else "-"
+            lines.append(f"{' ' + row + ' ':{fill}^50}")
+        else:
+            label, value = row
+            lines.append(f"{label + ':':<40} {value:<10}")
+    lines.append("=" * 50)
+    return lines
+
+
+def print_summary(summary: dict, config: SimulationConfig) -> None:
+    from rich.console import Console
+    from rich.markup import escape
+
+    role = config.engine.workers.aggregated
+    console = Console(highlight=False)
+    console.print(f"{config.model} on {role.count}x {config.gpu} (tp={role.tp}), {config.engine.backend}, "
+                  f"{config.engine.timing.kind} timing", style="dim")
+    for line in format_summary(summary, config):
+        style = "bold cyan" if line.startswith(("=", "-")) else None
+        console.print(escape(line), style=style, soft_wrap=True)

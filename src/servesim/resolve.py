@@ -1,0 +1,91 @@
+"""Fill every `null` that stands for an engine default, so the resolved config says what ran."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from servesim.config import LoadedConfig, SimulationConfig, VllmSchedulerConfig
+from servesim.errors import ServesimError
+from servesim.hardware import GpuSpec, resolve_gpu
+from servesim.models import ModelSpec, resolve_model
+
+GIB = 1024**3
+
+
+@dataclass(frozen=True)
+class ResolvedRun:
+    config: SimulationConfig     # every engine default filled in
+    model: ModelSpec
+    gpu: GpuSpec
+    trace_path: Path | None
+    source: str
+
+
+def vllm_serving_defaults(gpu: GpuSpec) -> tuple[int, int]:
+    """(max_num_seqs, max_num_batched_tokens) of `vllm serve` on this GPU.
+
+    vLLM 0.32 `EngineArgs.get_batch_defaults` (engine/arg_utils.py), OpenAI server
+    context: >= 160 GiB: 1024 / 16384; >= 70 GiB and not an A100: 1024 / 8192;
+    otherwise 256 / 2048.
+    """
+    if gpu.memory_gib >= 160:
+        return 1024, 16384
+    if gpu.memory_gib >= 70 and "a100" not in gpu.device_name.lower():
+        return 1024, 8192
+    return 256, 2048
+
+
+def _resolve_vllm(sched: VllmSchedulerConfig, where: str, gpu: GpuSpec, model: ModelSpec,
+                  ngram: bool) -> VllmSchedulerConfig:
+    default_seqs, default_tokens = vllm_serving_defaults(gpu)
+    max_num_seqs = sched.max_num_seqs or default_seqs
+    max_num_batched_tokens = sched.max_num_batched_tokens or default_tokens
+    max_model_len = sched.max_model_len or model.context_length
+    # vLLM turns async scheduling on by default, except with ngram drafts.
+    async_scheduling = (not ngram) if sched.async_scheduling is None else sched.async_scheduling
+    usable_tokens = (sched.num_gpu_blocks - 1) * sched.block_size
+    if usable_tokens < max_model_len:
+        raise ServesimError(
+            f"{where}: max_model_len {max_model_len} does not fit in the KV cache, which holds "
+            f"{usable_tokens} tokens ({sched.num_gpu_blocks - 1} usable blocks of {sched.block_size}), "
+            f"{max_model_len - usable_tokens} tokens short; lower max_model_len or raise num_gpu_blocks"
+        )
+    if not sched.enable_chunked_prefill and max_num_batched_tokens < max_model_len:
+        raise ServesimError(
+            f"{where}: with chunked prefill disabled, max_num_batched_tokens ({max_num_batched_tokens}) must be "
+            f"at least max_model_len ({max_model_len}), as vLLM requires; raise it or lower max_model_len"
+        )
+    if max_num_batched_tokens < max_num_seqs:
+        raise ServesimError(
+            f"{where}: max_num_batched_tokens ({max_num_batched_tokens}) must be at least max_num_seqs "
+            f"({max_num_seqs}), as vLLM requires"
+        )
+    return sched.model_copy(update={
+        "max_num_seqs": max_num_seqs,
+        "max_num_batched_tokens": max_num_batched_tokens,
+        "max_model_len": max_model_len,
+        "async_scheduling": async_scheduling,
+    })
+
+
+def resolve(loaded: LoadedConfig) -> ResolvedRun:
+    config = loaded.config.model_copy(deep=True)
+    model = resolve_model(config.model)
+    gpu = resolve_gpu(config.gpu)
+    config.model = model.name
+    config.gpu = gpu.name
+    backend = config.engine.backend
+    if backend != "vllm":
+        raise ServesimError(f"engine.backend {backend} is not supported yet; only vllm is simulated so far")
+    for role, role_cfg in config.engine.roles().items():
+        where = f"engine.workers.{role}.scheduler"
+        if role_cfg.count != 1:
+            raise ServesimError(f"engine.workers.{role}.count: only a single worker is simulated so far")
+        ngram = role_cfg.speculative is not None and role_cfg.speculative.method == "ngram"
+        role_cfg.scheduler = _resolve_vllm(role_cfg.scheduler, where, gpu, model, ngram)
+    trace_path = loaded.trace_path()
+    if trace_path is not None:
+        trace_path = trace_path.resolve()
+        config.workload.trace = str(trace_path)
+    return ResolvedRun(config, model, gpu, trace_path, loaded.source)

@@ -1,0 +1,81 @@
+"""The timing boundary: a pass's shape in, its duration in nanoseconds out.
+
+A timing model sees only what the GPU would compute: each prefill chunk with
+the prefix already computed before it, and the decoding requests in aggregate
+(how many, their total context). Durations are rounded to whole nanoseconds
+once, here, and are at least 1 ns so time always moves forward.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from servesim.config import FixedTiming, PolynomialTiming, TimingConfig
+
+
+@dataclass(slots=True)
+class PassShape:
+    # (tokens in the chunk, tokens already computed before it) per prefill chunk
+    prefill_chunks: list[tuple[int, int]] = field(default_factory=list)
+    num_decodes: int = 0
+    decode_tokens: int = 0          # tokens computed by decoding requests (1 each without drafts)
+    decode_context: int = 0         # Σ over decoding requests of the context their new tokens attend to
+
+    @classmethod
+    def of(cls, entries) -> PassShape:
+        shape = cls()
+        for e in entries:
+            if e.is_decode:
+                shape.num_decodes += 1
+                shape.decode_tokens += e.tokens
+                shape.decode_context += e.computed_before + e.tokens
+            else:
+                shape.prefill_chunks.append((e.tokens, e.computed_before))
+        return shape
+
+
+class TimingModel:
+    def duration_ns(self, shape: PassShape) -> int:
+        raise NotImplementedError
+
+
+class FixedTimingModel(TimingModel):
+    def __init__(self, cfg: FixedTiming) -> None:
+        self._ns = max(1, round(cfg.pass_ms * 1e6))
+
+    def duration_ns(self, shape: PassShape) -> int:
+        return self._ns
+
+
+class PolynomialTimingModel(TimingModel):
+    """base + a·prefill tokens + b·decode tokens + c·context tokens + d·requests.
+
+    Context tokens are the tokens each request's attention reads: for a chunk,
+    its prefix plus itself; summed over the pass's requests.
+    """
+
+    def __init__(self, cfg: PolynomialTiming) -> None:
+        self._base = cfg.base_ms * 1e6
+        self._prefill = cfg.per_prefill_token_ms * 1e6
+        self._decode = cfg.per_decode_token_ms * 1e6
+        self._context = cfg.per_context_token_ms * 1e6
+        self._request = cfg.per_request_ms * 1e6
+
+    def duration_ns(self, shape: PassShape) -> int:
+        prefill_tokens = 0
+        context = shape.decode_context
+        for tokens, prefix in shape.prefill_chunks:
+            prefill_tokens += tokens
+            context += prefix + tokens
+        requests = len(shape.prefill_chunks) + shape.num_decodes
+        ns = (self._base + self._prefill * prefill_tokens + self._decode * shape.decode_tokens
+              + self._context * context + self._request * requests)
+        return max(1, round(ns))
+
+
+def build_timing_model(cfg: TimingConfig) -> TimingModel:
+    if isinstance(cfg, FixedTiming):
+        return FixedTimingModel(cfg)
+    if isinstance(cfg, PolynomialTiming):
+        return PolynomialTimingModel(cfg)
+    raise AssertionError(cfg)

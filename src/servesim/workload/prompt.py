@@ -1,0 +1,75 @@
+"""Token content of prompts, reduced to what prefix caching can observe.
+
+A trace `hash_id` stands for `trace_block_size` tokens whose content is a fixed
+function of (hash_id, position in that block). A prompt is its hash_ids'
+tokens in order, cut to `input_length` and padded with request-unique tokens;
+output tokens are unique to their request. Two requests therefore hold equal
+tokens in engine block j (tokens [j·B, (j+1)·B)) exactly when both prompts
+cover that block with hash_id tokens and their hash_id prefixes up to the
+block's last token agree.
+
+So the content key of engine block j is either
+- shared: (the interned hash_id prefix reaching token (j+1)·B, (j+1)·B), or
+- unique: (request, j) for any block touching padding or output tokens.
+Equal keys mean equal chained block hashes in vLLM; keys are plain ints.
+"""
+
+from __future__ import annotations
+
+_END_BITS = 32
+_MAX_END = 1 << _END_BITS
+
+
+class PrefixInterner:
+    """Gives every distinct hash_id prefix a small integer id (shared across requests)."""
+
+    def __init__(self) -> None:
+        self._nodes: dict[tuple[int, int], int] = {}
+
+    def prefix_ids(self, hash_ids: tuple[int, ...], count: int) -> list[int]:
+        """Ids of hash_ids[:1], hash_ids[:2], ..., hash_ids[:count]."""
+        nodes = self._nodes
+        out = []
+        parent = 0
+        for h in hash_ids[:count]:
+            key = (parent, h)
+            node = nodes.get(key)
+            if node is None:
+                node = nodes[key] = len(nodes) + 1
+            out.append(node)
+            parent = node
+        return out
+
+
+class BlockKeys:
+    """Content keys of one request's engine blocks (see the module docstring)."""
+
+    __slots__ = ("_prefix_ids", "_shared_blocks", "_unique_base", "_block_size", "_trace_block_size")
+
+    def __init__(
+        self,
+        request_id: int,
+        input_length: int,
+        hash_ids: tuple[int, ...] | None,
+        block_size: int,
+        trace_block_size: int,
+        interner: PrefixInterner,
+    ) -> None:
+        self._block_size = block_size
+        self._trace_block_size = trace_block_size
+        self._unique_base = -(request_id << _END_BITS) - 1
+        if hash_ids:
+            covered = min(input_length, len(hash_ids) * trace_block_size)
+            self._shared_blocks = covered // block_size
+            needed = -(-self._shared_blocks * block_size // trace_block_size)
+            self._prefix_ids = interner.prefix_ids(hash_ids, needed)
+        else:
+            self._shared_blocks = 0
+            self._prefix_ids = []
+
+    def key(self, block_index: int) -> int:
+        if block_index < self._shared_blocks:
+            end = (block_index + 1) * self._block_size
+            trace_blocks = -(-end // self._trace_block_size)
+            return self._prefix_ids[trace_blocks - 1] * _MAX_END + end
+        return self._unique_base - block_index

@@ -1,0 +1,228 @@
+"""Request traces: one `TraceRequest` per line of a trace file.
+
+Formats (see docs/config.md):
+- `mooncake`: JSONL `{"timestamp": ms, "input_length", "output_length", "hash_ids"}`
+  (Mooncake FAST'25 release); `servesim-jsonl` adds optional `request_id`, `session_id`.
+- `azure`: CSV `TIMESTAMP,ContextTokens,GeneratedTokens` (Azure LLM inference 2023),
+  absolute timestamps taken relative to the first row.
+- `vidur`: CSV with `num_prefill_tokens,num_decode_tokens` and optionally `arrived_at`
+  (seconds), as in Vidur's processed traces.
+Request ids are the 0-based index of the request among the trace's data lines.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from servesim.errors import ServesimError
+
+NS_PER_MS = 1_000_000
+NS_PER_S = 1_000_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class TraceRequest:
+    request_id: int
+    arrival_ns: int | None  # as recorded; None when the trace has no arrival times
+    input_length: int
+    output_length: int
+    hash_ids: tuple[int, ...] | None = None
+    session_id: str | None = None
+
+
+class TraceError(ServesimError):
+    pass
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def infer_format(path: Path) -> str:
+    """Guess a trace's format from its extension and first line."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            first = ""
+            for line in fh:
+                if line.strip():
+                    first = line.strip()
+                    break
+    except FileNotFoundError:
+        raise TraceError(f"trace file {path} does not exist") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise TraceError(f"cannot read trace file {path}: {err}") from None
+    if first.startswith("{"):
+        try:
+            keys = set(json.loads(first))
+        except (json.JSONDecodeError, TypeError):
+            raise TraceError(f"{path} line 1: not a JSON object") from None
+        return "servesim-jsonl" if keys & {"request_id", "session_id"} else "mooncake"
+    header = {h.strip() for h in first.split(",")}
+    if "TIMESTAMP" in header:
+        return "azure"
+    if "num_prefill_tokens" in header:
+        return "vidur"
+    raise TraceError(f"cannot tell the format of trace {path}; set workload.format to one of "
+                     "mooncake, azure, vidur, servesim-jsonl")
+
+
+def _positive_int(value: object, name: str, where: str, minimum: int = 1) -> int:
+    """A JSON integer, or (from CSV) the decimal text of one."""
+    if isinstance(value, str):
+        text = value.strip()
+        if not text.lstrip("-").isdigit():
+            raise TraceError(f"{where}: {name} must be an integer, got {value!r}")
+        value = int(text)
+    elif isinstance(value, bool) or not isinstance(value, int):
+        raise TraceError(f"{where}: {name} must be an integer, got {value!r}")
+    if value < minimum:
+        raise TraceError(f"{where}: {name} must be at least {minimum}, got {value}")
+    return value
+
+
+def _json_int(value: object, name: str, where: str) -> int:
+    if isinstance(value, str):
+        raise TraceError(f"{where}: {name} must be an integer, got {value!r}")
+    return _positive_int(value, name, where)
+
+
+_JSONL_KEYS = {"timestamp", "input_length", "output_length", "hash_ids"}
+_SERVESIM_KEYS = _JSONL_KEYS | {"request_id", "session_id"}
+
+
+def _read_jsonl(path: Path, fmt: str, limit: int | None) -> list[TraceRequest]:
+    allowed = _SERVESIM_KEYS if fmt == "servesim-jsonl" else _JSONL_KEYS
+    out: list[TraceRequest] = []
+    with open(path, encoding="utf-8") as fh:
+        for line_no, line in enumerate(fh, 1):
+            if limit is not None and len(out) >= limit:
+                break
+            line = line.strip()
+            if not line:
+                continue
+            where = f"{path} line {line_no}"
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise TraceError(f"{where}: invalid JSON ({err.msg})") from None
+            if not isinstance(row, dict):
+                raise TraceError(f"{where}: expected a JSON object")
+            unknown = sorted(set(row) - allowed)
+            if unknown:
+                raise TraceError(f"{where}: unknown field {unknown[0]!r} for format {fmt}")
+            ts = row.get("timestamp")
+            if ts is None:
+                raise TraceError(f"{where}: timestamp is required")
+            if isinstance(ts, bool) or not isinstance(ts, (int, float)) or ts != ts or ts < 0:
+                raise TraceError(f"{where}: timestamp must be a non-negative number of milliseconds, got {ts!r}")
+            arrival = ts * NS_PER_MS if isinstance(ts, int) else round(ts * NS_PER_MS)
+            hash_ids = row.get("hash_ids")
+            if hash_ids is not None:
+                if not isinstance(hash_ids, list) or any(
+                    isinstance(h, bool) or not isinstance(h, int) for h in hash_ids
+                ):
+                    raise TraceError(f"{where}: hash_ids must be a list of integers")
+                hash_ids = tuple(hash_ids)
+            session = row.get("session_id")
+            out.append(TraceRequest(
+                request_id=len(out),
+                arrival_ns=arrival,
+                input_length=_json_int(row.get("input_length"), "input_length", where),
+                output_length=_json_int(row.get("output_length"), "output_length", where),
+                hash_ids=hash_ids,
+                session_id=None if session is None else str(session),
+            ))
+    return out
+
+
+def _azure_ns(text: str, where: str) -> int:
+    """'2023-11-16 18:17:03.9799600' → ns since the epoch, exactly (100 ns resolution text)."""
+    try:
+        head, _, frac = text.strip().partition(".")
+        seconds = datetime.strptime(head, "%Y-%m-%d %H:%M:%S").replace(tzinfo=timezone.utc)
+        if frac and not frac.isdigit():
+            raise ValueError(frac)
+        frac_ns = int((frac + "000000000")[:9]) if frac else 0
+    except ValueError:
+        raise TraceError(f"{where}: TIMESTAMP {text!r} is not 'YYYY-MM-DD HH:MM:SS[.fraction]'") from None
+    return int(seconds.timestamp()) * NS_PER_S + frac_ns
+
+
+def _read_csv(path: Path, fmt: str, limit: int | None) -> list[TraceRequest]:
+    out: list[TraceRequest] = []
+    with open(path, encoding="utf-8", newline="") as fh:
+        reader = csv.reader(fh)
+        try:
+            header = [h.strip() for h in next(reader)]
+        except StopIteration:
+            raise TraceError(f"{path} is empty") from None
+        if fmt == "azure":
+            need = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
+        else:
+            need = ("num_prefill_tokens", "num_decode_tokens")
+        missing = [c for c in need if c not in header]
+        if missing:
+            raise TraceError(f"{path} line 1: missing column {missing[0]} for format {fmt}")
+        col = {name: header.index(name) for name in header}
+        first_ns: int | None = None
+        for row in reader:
+            if limit is not None and len(out) >= limit:
+                break
+            if not row or all(not cell.strip() for cell in row):
+                continue
+            where = f"{path} line {reader.line_num}"
+            if len(row) != len(header):
+                raise TraceError(f"{where}: expected {len(header)} columns, found {len(row)}")
+            if fmt == "azure":
+                stamp = _azure_ns(row[col["TIMESTAMP"]], where)
+                first_ns = stamp if first_ns is None else first_ns
+                arrival: int | None = stamp - first_ns
+                if arrival < 0:
+                    raise TraceError(f"{where}: TIMESTAMP is earlier than the first row's")
+                inp, outp = row[col["ContextTokens"]], row[col["GeneratedTokens"]]
+                names = ("ContextTokens", "GeneratedTokens")
+            else:
+                arrival = None
+                if "arrived_at" in col:
+                    try:
+                        seconds = float(row[col["arrived_at"]])
+                    except ValueError:
+                        raise TraceError(f"{where}: arrived_at must be a number of seconds") from None
+                    if not seconds >= 0:
+                        raise TraceError(f"{where}: arrived_at must be non-negative")
+                    arrival = round(seconds * NS_PER_S)
+                inp, outp = row[col["num_prefill_tokens"]], row[col["num_decode_tokens"]]
+                names = ("num_prefill_tokens", "num_decode_tokens")
+            out.append(TraceRequest(
+                request_id=len(out),
+                arrival_ns=arrival,
+                input_length=_positive_int(inp.strip(), names[0], where),
+                output_length=_positive_int(outp.strip(), names[1], where),
+            ))
+    return out
+
+
+def load_trace(path: Path, fmt: str | None = None, limit: int | None = None) -> tuple[list[TraceRequest], str]:
+    """Read a trace file; returns its requests (in file order) and the format used."""
+    fmt = fmt or infer_format(path)
+    try:
+        if fmt in ("mooncake", "servesim-jsonl"):
+            requests = _read_jsonl(path, fmt, limit)
+        else:
+            requests = _read_csv(path, fmt, limit)
+    except FileNotFoundError:
+        raise TraceError(f"trace file {path} does not exist") from None
+    except UnicodeDecodeError:
+        raise TraceError(f"trace file {path} is not UTF-8 text") from None
+    if not requests:
+        raise TraceError(f"trace file {path} holds no requests")
+    return requests, fmt

@@ -1,0 +1,68 @@
+"""Shared helpers: run small hand-made traces through the public API."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+import servesim
+
+
+def write_trace(path: Path, rows: list[dict]) -> Path:
+    """Rows are Mooncake-style dicts; `timestamp` is in milliseconds."""
+    with open(path, "w") as fh:
+        for row in rows:
+            fh.write(json.dumps(row) + "\n")
+    return path
+
+
+def fixed_config(trace: Path, pass_ms: float = 10.0, client: dict | None = None, **scheduler) -> dict:
+    sched = {"num_gpu_blocks": 1000, "max_model_len": 1024, "max_num_seqs": 256,
+             "max_num_batched_tokens": 2048}
+    sched.update(scheduler)
+    return {
+        "engine": {"timing": {"kind": "fixed", "pass_ms": pass_ms},
+                   "workers": {"aggregated": {"scheduler": sched}}},
+        "workload": {"trace": str(trace), "format": "mooncake",
+                     "client": client or {"mode": "open_loop"}},
+    }
+
+
+class Run:
+    def __init__(self, result, passes):
+        self.result = result
+        self.passes = passes
+        self.by_id = {r.request_id: r for r in result.requests}
+
+    def ttft_ms(self, request_id: int) -> float:
+        return self.by_id[request_id].ttft_ns / 1e6
+
+    def schedule(self) -> list[dict]:
+        """[{request_id: tokens}] per pass."""
+        return [{int(k): v for k, v in p["scheduled"].items()} for p in self.passes]
+
+
+def run_rows(tmp_path: Path, rows: list[dict], pass_ms: float = 10.0, client: dict | None = None,
+             config_extra: dict | None = None, **scheduler) -> Run:
+    trace = write_trace(tmp_path / "trace.jsonl", rows)
+    config = fixed_config(trace, pass_ms, client, **scheduler)
+    for key, value in (config_extra or {}).items():
+        node = config
+        *parents, last = key.split(".")
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[last] = value
+    log = io.StringIO()
+    result = servesim.simulate(config, pass_log=log)
+    passes = [json.loads(line) for line in log.getvalue().splitlines()]
+    return Run(result, passes)
+
+
+@pytest.fixture
+def run(tmp_path):
+    def _run(rows, **kwargs):
+        return run_rows(tmp_path, rows, **kwargs)
+    return _run
