@@ -1,0 +1,152 @@
+"""Strict configuration: wrong types, unknown keys and impossible values are one-sentence errors."""
+
+import copy
+
+import pytest
+
+from servesim.config import load_config, set_dotted
+from servesim.errors import ServesimError
+from servesim.resolve import resolve
+
+BASE = {"workload": {"synthetic": {"num_requests": 4, "input_length": 8, "output_length": 2}}}
+SCHED = "engine.workers.aggregated.scheduler"
+
+
+def _load(**dotted):
+    data = copy.deepcopy(BASE)
+    for key, value in dotted.items():
+        set_dotted(data, key.replace("__", "."), value)
+    return load_config(data)
+
+
+def _error(**dotted) -> str:
+    with pytest.raises(ServesimError) as info:
+        resolve(_load(**dotted))
+    message = str(info.value)
+    assert "\n" not in message
+    return message
+
+
+@pytest.mark.parametrize("value", [1, 0, "true", "on", "yes", 1.0, "True"])
+def test_async_scheduling_needs_a_real_boolean(value):
+    message = _error(**{f"{SCHED}.async_scheduling".replace(".", "__"): value})
+    assert "async_scheduling must be true or false" in message
+
+
+def test_yaml_on_is_a_string_not_a_boolean(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("workload:\n  synthetic: {num_requests: 1, input_length: 8, output_length: 1}\n"
+                    "engine:\n  workers:\n    aggregated:\n      scheduler:\n        async_scheduling: on\n")
+    with pytest.raises(ServesimError, match='got "on"'):
+        load_config(path)
+
+
+def test_unknown_key_is_named():
+    assert "unknown key engine.workers.aggregated.scheduler.max_seqs" in _error(
+        engine__workers__aggregated__scheduler__max_seqs=4)
+    assert "unknown key bogus" in _error(bogus=1)
+
+
+@pytest.mark.parametrize("key,value,fragment", [
+    ("block_size", 0, "block_size: input should be greater than 0"),
+    ("max_num_seqs", 0, "max_num_seqs: input should be greater than 0"),
+    ("num_gpu_blocks", 1, "num_gpu_blocks: input should be greater than or equal to 2"),
+    ("max_num_batched_tokens", -5, "greater than 0"),
+])
+def test_impossible_values(key, value, fragment):
+    assert fragment in _error(**{f"engine__workers__aggregated__scheduler__{key}": value})
+
+
+def test_vllm_key_under_sglang_names_the_counterpart():
+    message = _error(engine__backend="sglang", engine__workers__aggregated__scheduler__async_scheduling=False)
+    assert "async_scheduling is a vLLM setting" in message
+    assert "disable_overlap_schedule" in message
+
+
+def test_sglang_key_under_vllm():
+    assert "vLLM's counterpart is max_num_seqs" in _error(
+        engine__workers__aggregated__scheduler__max_running_requests=8)
+
+
+def test_ngram_with_explicit_async_is_rejected():
+    message = _error(**{
+        "engine__workers__aggregated__scheduler__async_scheduling": True,
+        "engine__workers__aggregated__speculative": {"method": "ngram", "num_speculative_tokens": 3,
+                                                     "acceptance_rate": 0.6},
+    })
+    assert "cannot be combined with ngram" in message
+
+
+def test_ngram_with_explicit_false_is_fine():
+    run = resolve(_load(**{
+        "engine__workers__aggregated__scheduler__async_scheduling": False,
+        "engine__workers__aggregated__speculative": {"method": "ngram", "num_speculative_tokens": 3,
+                                                     "acceptance_rate": 0.6},
+    }))
+    assert run.config.engine.workers.aggregated.scheduler.async_scheduling is False
+
+
+def test_eagle_keeps_async_default_on():
+    run = resolve(_load(engine__workers__aggregated__speculative={
+        "method": "eagle", "num_speculative_tokens": 2, "acceptance_rate": [0.8, 0.6]}))
+    assert run.config.engine.workers.aggregated.scheduler.async_scheduling is True
+
+
+def test_max_model_len_that_does_not_fit_says_by_how_much():
+    # 10 blocks of 16 → 9 usable → 144 tokens; 200 is 56 short.
+    message = _error(engine__workers__aggregated__scheduler__num_gpu_blocks=10,
+                     engine__workers__aggregated__scheduler__max_model_len=200)
+    assert "56 tokens short" in message
+
+
+def test_default_model_context_must_fit():
+    # Llama-3.1-8B's context (131072) needs 8192 usable blocks of 16.
+    assert "131072" in _error(engine__workers__aggregated__scheduler__num_gpu_blocks=8000)
+    resolve(_load(engine__workers__aggregated__scheduler__num_gpu_blocks=8193))
+
+
+def test_serving_defaults_by_gpu():
+    cfg = resolve(_load()).config.engine.workers.aggregated.scheduler
+    assert (cfg.max_num_seqs, cfg.max_num_batched_tokens, cfg.max_model_len) == (1024, 8192, 131072)
+    cfg = resolve(_load(gpu="a100-sxm")).config.engine.workers.aggregated.scheduler
+    assert (cfg.max_num_seqs, cfg.max_num_batched_tokens) == (256, 2048)
+    cfg = resolve(_load(gpu="b200")).config.engine.workers.aggregated.scheduler
+    assert (cfg.max_num_seqs, cfg.max_num_batched_tokens) == (1024, 16384)
+
+
+def test_backend_not_simulated_yet():
+    assert "not supported yet" in _error(engine__backend="trtllm")
+
+
+def test_unknown_model_and_gpu_suggest_names():
+    assert "did you mean llama-3.1-8b" in _error(model="llama-3.1-8")
+    assert "unknown GPU 'h100x'" in _error(gpu="h100x")
+
+
+def test_trace_xor_synthetic():
+    data = copy.deepcopy(BASE)
+    data["workload"]["trace"] = "x.jsonl"
+    with pytest.raises(ServesimError, match="exactly one of workload.trace and workload.synthetic"):
+        load_config(data)
+
+
+def test_length_range_order():
+    with pytest.raises(ServesimError, match=r"min \(9\) is larger than max \(3\)"):
+        _load(workload__synthetic__input_length={"min": 9, "max": 3})
+
+
+def test_duplicate_yaml_keys(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("seed: 1\nseed: 2\n")
+    with pytest.raises(ServesimError, match="duplicate key 'seed' at line 2"):
+        load_config(path)
+
+
+def test_resolved_config_round_trips(tmp_path):
+    from servesim.config import config_to_yaml
+
+    run = resolve(_load())
+    path = tmp_path / "resolved.yaml"
+    path.write_text(config_to_yaml(run.config))
+    again = resolve(load_config(path))
+    assert again.config == run.config
