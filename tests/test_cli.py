@@ -162,3 +162,10 @@ def test_python_api_matches_cli(tmp_path, small):
     for key in summary:
         if key != "wall_time_ms":
             assert summary[key] == api_summary[key], key
+
+
+def test_speculative_warns_once(tmp_path, small):
+    proc = servesim("run", small, "-q", "--set",
+                    "engine.workers.aggregated.speculative={method: eagle, num_speculative_tokens: 2, acceptance_rate: 0.7}")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.count("warning: speculative decoding is parsed but not simulated yet") == 1

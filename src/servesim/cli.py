@@ -90,10 +90,16 @@ def run(
                 targets[name] = files.path_for(out / name)
         if passes is not None:
             pass_fh = open(files.path_for(passes), "w", encoding="utf-8")
+        import warnings
+
         from servesim.run import simulate
 
-        result = simulate(config, trace=trace, seed=seed, overrides=overrides, pass_log=pass_fh,
-                          progress=progress)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # reported below, once, in our own words
+            result = simulate(config, trace=trace, seed=seed, overrides=overrides, pass_log=pass_fh,
+                              progress=progress)
+        for note in result.warnings:
+            sys.stderr.write(f"warning: {note}\n")
         progress.close()
         if pass_fh is not None:
             pass_fh.close()

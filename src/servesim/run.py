@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -30,7 +31,7 @@ class Result:
     summary: dict[str, Any]
     requests: list[RequestRecord]          # sorted by request_id
     config: SimulationConfig               # the resolved config that ran
-    extra: dict[str, Any] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
 
 
 def _load_requests(run: ResolvedRun) -> tuple[list[TraceRequest], dict[str, Any]]:
@@ -77,6 +78,11 @@ def simulate(
 
     role = cfg.engine.workers.aggregated
     sched_cfg = role.scheduler
+    notes = []
+    if role.speculative is not None:
+        notes.append("speculative decoding is parsed but not simulated yet: decoding one token per pass")
+    for note in notes:
+        warnings.warn(note, stacklevel=2)
     interner = PrefixInterner()
     trace_block_size = cfg.workload.trace_block_size
 
@@ -135,4 +141,4 @@ def simulate(
         "config_hash": config_hash(cfg),
         **trace_info,
     })
-    return Result(summary=summary, requests=records, config=cfg)
+    return Result(summary=summary, requests=records, config=cfg, warnings=notes)
