@@ -169,6 +169,8 @@ class EngineConfig(StrictModel):
     tokenization_ms: NonNegativeFloat = 0.0
     timing: TimingConfig = Field(default_factory=lambda: PolynomialTiming(kind="polynomial"))
     workers: WorkersConfig = Field(default_factory=WorkersConfig)
+    # Debugging aid: run the straightforward per-request scheduler instead of the fast one.
+    reference: bool = False
 
     def roles(self) -> dict[str, RoleConfig]:
         return {"aggregated": self.workers.aggregated}

@@ -11,7 +11,9 @@ from typing import Any, TextIO
 from servesim import __version__
 from servesim.cluster.simulation import Simulation
 from servesim.config import SimulationConfig, config_hash, load_config
+from servesim.engine.fast_vllm import FastVllmScheduler
 from servesim.engine.kv_cache import KvCache
+from servesim.engine.reference_kv_cache import ReferenceKvCache
 from servesim.engine.request import Request
 from servesim.engine.vllm_scheduler import VllmScheduler
 from servesim.engine.worker import Worker
@@ -103,14 +105,17 @@ def simulate(
         make_request=make_request,
         collector=collector,
     )
-    kv = KvCache(
+    # The pass log lists every request of every pass, which the fast engine does not visit.
+    use_reference = cfg.engine.reference or pass_log is not None
+    kv = (ReferenceKvCache if use_reference else KvCache)(
         num_gpu_blocks=sched_cfg.num_gpu_blocks,
         block_size=sched_cfg.block_size,
         enable_caching=sched_cfg.enable_prefix_caching,
         max_model_len=sched_cfg.max_model_len,
         watermark_blocks=int(sched_cfg.watermark * sched_cfg.num_gpu_blocks),
     )
-    scheduler = VllmScheduler(
+    scheduler_class = VllmScheduler if use_reference else FastVllmScheduler
+    scheduler = scheduler_class(
         kv,
         max_num_seqs=sched_cfg.max_num_seqs,
         max_num_batched_tokens=sched_cfg.max_num_batched_tokens,

@@ -60,6 +60,9 @@ class Simulation:
         self._seq += 1
         heapq.heappush(self._heap, (t, kind, self._seq, handler, arg))
 
+    def next_event_time(self) -> int | None:
+        return self._heap[0][0] if self._heap else None
+
     def push_pass_end(self, t: int, worker: Worker, done: ScheduledPass) -> None:
         self.push(t, PASS_END, worker.on_pass_end, done)
 

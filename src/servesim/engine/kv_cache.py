@@ -1,21 +1,24 @@
-"""vLLM's paged KV cache with prefix caching, modelled block by block.
+"""vLLM's paged KV cache with prefix caching, at a cost that does not grow with private blocks.
 
-Follows vLLM 0.32 `v1/core/block_pool.py`, `kv_cache_manager.py` and
-`single_type_kv_cache_manager.py` (full attention, one KV group); the rules
-are written out in docs/modeling/vllm.md. In short:
+The contract is `ReferenceKvCache`'s (engine/reference_kv_cache.py, vLLM 0.32's
+block pool; see docs/modeling/vllm.md). What changes is bookkeeping, in three
+observations:
 
-- `num_gpu_blocks` blocks, of which block 0 is vLLM's null block: the rest are
-  usable. A block holds `block_size` tokens.
-- A full block whose tokens are all known gets a content key (its chained
-  hash) when it is allocated or, in async mode, when its last token arrives.
-  Keyed blocks form the prefix cache; several blocks may share a key.
-- Free blocks form one queue: unkeyed blocks at the front (reused first),
-  keyed blocks behind them in the order they were freed (LRU eviction).
-  A request's blocks are freed tail first. Allocation pops from the front and
-  drops a popped block's key. A prefix hit on a free keyed block takes it
-  out of the queue.
-- The hit of a request is the longest run of cached blocks from its start,
-  capped at `num_tokens - 1` tokens, whole blocks only.
+- Only blocks whose content another request can share (leading prompt blocks
+  made of trace hash_id tokens) can be hit by others. Every later block holds
+  request-unique tokens: only the request itself, after a preemption, could
+  hit it. Such blocks are given their cache keys lazily: at preemption, where
+  the request may come back for them. At finish they can never be hit again.
+- Free blocks without a key are interchangeable, and so are the keyed blocks a
+  finished request frees: their keys are dead. Such a request's keyed private
+  blocks therefore enter the LRU queue as one "dead run" entry, and allocation
+  takes from a run in one slice.
+- Reference counts matter only for keyed blocks: an unkeyed block is held by
+  exactly the request that allocated it.
+
+So a request costs O(1) plus O(its shareable prompt blocks), not O(its blocks).
+Block ids, the free count, the LRU order of every block that can still be hit,
+and therefore every prefix hit and every eviction are the same as the reference's.
 """
 
 from __future__ import annotations
@@ -43,29 +46,28 @@ class KvCache:
         self.max_model_len = max_model_len
         self.watermark_blocks = watermark_blocks
         self.num_usable = num_gpu_blocks - 1
-        self.ref_cnt = [0] * num_gpu_blocks
+        self.ref_cnt = [0] * num_gpu_blocks          # meaningful for keyed blocks
         self.block_key: list[int | None] = [None] * num_gpu_blocks
-        # The unkeyed part of the free queue, as a stack whose top is the queue's front.
-        self.free_plain: list[int] = list(range(num_gpu_blocks - 1, 0, -1))
-        # The keyed part, in eviction order. (An OrderedDict pops its oldest entry in
-        # O(1); a plain dict's first key gets slow to find after many deletions.)
-        self.free_keyed: OrderedDict[int, None] = OrderedDict()
-        # key -> one block, or a list of blocks in insertion order when a key repeats.
-        self.cache: dict[int, int | list[int]] = {}
+        self.free_plain: list[int] = list(range(num_gpu_blocks - 1, 0, -1))  # top = front of the queue
+        # Keyed part of the free queue in eviction order: a live block under its own id
+        # (value None), or a dead run under a negative token (value: its block ids).
+        self.free_keyed: OrderedDict[int, list[int] | None] = OrderedDict()
+        self.keyed_free = 0
+        self._dead_token = 0
+        self.cache: dict[int, int | list[int]] = {}  # key -> block(s) holding it, in insertion order
+        self.epoch = 0   # bumped when blocks are freed or keys inserted (see FastVllmScheduler)
 
     # ------------------------------------------------------------------ queries
 
     @property
     def num_free(self) -> int:
-        """Free blocks, evictable cached ones included (vLLM's get_num_free_blocks)."""
-        return len(self.free_plain) + len(self.free_keyed)
+        return len(self.free_plain) + self.keyed_free
 
     @property
     def num_used(self) -> int:
         return self.num_usable - self.num_free
 
     def lookup(self, request: Request) -> list[int]:
-        """Blocks of the longest cached prefix of the request's known tokens."""
         if not self.enable_caching:
             return []
         hits: list[int] = []
@@ -81,14 +83,9 @@ class KvCache:
     # ------------------------------------------------------------------ allocation
 
     def admit(self, request: Request, hits: list[int], num_new_tokens: int, has_running: bool) -> bool:
-        """Allocate for a waiting request's first chunk, if its whole sequence fits.
-
-        vLLM admits only if blocks for the request's *whole* current sequence are
-        free (`full_sequence_must_fit`), counting hit blocks that sit in the free
-        queue as needed too, plus the watermark when something is running.
-        """
         block_size = self.block_size
-        evictable = sum(1 for b in hits if self.ref_cnt[b] == 0)
+        free_keyed = self.free_keyed
+        evictable = sum(1 for b in hits if b in free_keyed)
         watermark = self.watermark_blocks if has_running else 0
         full_tokens = min(request.num_tokens, self.max_model_len)
         need_full = max(ceil_div(full_tokens, block_size) - len(hits), 0) + evictable
@@ -96,43 +93,68 @@ class KvCache:
             return False
         hit_tokens = len(hits) * block_size
         slots = min(hit_tokens + num_new_tokens, self.max_model_len)
+        ref_cnt = self.ref_cnt
         for b in hits:
-            if self.ref_cnt[b] == 0:
-                del self.free_keyed[b]
-            self.ref_cnt[b] += 1
+            if b in free_keyed:
+                del free_keyed[b]
+                self.keyed_free -= 1
+            ref_cnt[b] += 1
         request.blocks = list(hits)
         request.num_cached_blocks = len(hits)
-        self._grow(request, ceil_div(slots, block_size) - len(hits))
+        if self.enable_caching:
+            # Hits past the shareable prefix are the request's own blocks, kept from before
+            # a preemption: they still have their keys.
+            request.live_private = max(0, len(hits) - request.keys.shared_blocks)
+        self.take(ceil_div(slots, block_size) - len(hits), request.blocks)
         self.cache_full_blocks(request, min(hit_tokens + num_new_tokens, request.num_tokens))
         return True
 
     def allocate(self, request: Request, num_new_tokens: int) -> bool:
-        """Blocks for a running request's next chunk; False if too few are free."""
         slots = min(request.num_computed + num_new_tokens, self.max_model_len)
         need = ceil_div(slots, self.block_size) - len(request.blocks)
         if need > 0:
             if need > self.num_free:
                 return False
-            self._grow(request, need)
+            self.take(need, request.blocks)
         self.cache_full_blocks(request, min(request.num_computed + num_new_tokens, request.num_tokens))
         return True
 
-    def _grow(self, request: Request, count: int) -> None:
-        ref_cnt = self.ref_cnt
-        blocks = request.blocks
+    def take(self, count: int, into: list[int]) -> None:
+        """Pop `count` free blocks from the front of the queue into `into`, evicting keys."""
+        if count <= 0:
+            return
         plain = self.free_plain
-        for _ in range(count):
-            if plain:
-                b = plain.pop()
+        from_plain = min(count, len(plain))
+        if from_plain:
+            into.extend(plain[-from_plain:])
+            del plain[-from_plain:]
+        remaining = count - from_plain
+        free_keyed = self.free_keyed
+        while remaining:
+            entry, run = free_keyed.popitem(last=False)
+            if run is None:
+                self._evict(entry)
+                into.append(entry)
+                self.keyed_free -= 1
+                remaining -= 1
+            elif len(run) <= remaining:
+                into.extend(run)
+                self.keyed_free -= len(run)
+                remaining -= len(run)
             else:
-                b = self.free_keyed.popitem(last=False)[0]
-                self._evict(b)
-            ref_cnt[b] = 1
-            blocks.append(b)
+                into.extend(run[-remaining:])
+                del run[-remaining:]
+                self.keyed_free -= remaining
+                free_keyed[entry] = run
+                free_keyed.move_to_end(entry, last=False)
+                remaining = 0
 
     def _evict(self, block: int) -> None:
         key = self.block_key[block]
         self.block_key[block] = None
+        self._uncache(key, block)
+
+    def _uncache(self, key: int, block: int) -> None:
         entry = self.cache[key]
         if isinstance(entry, int):
             del self.cache[key]
@@ -141,39 +163,79 @@ class KvCache:
             if not entry:
                 del self.cache[key]
 
+    def _insert(self, key: int, block: int) -> None:
+        self.block_key[block] = key
+        entry = self.cache.get(key)
+        if entry is None:
+            self.cache[key] = block
+        elif isinstance(entry, int):
+            self.cache[key] = [entry, block]
+        else:
+            entry.append(block)
+
     def cache_full_blocks(self, request: Request, num_tokens: int) -> None:
-        """Give keys to the request's full blocks up to `num_tokens` known tokens."""
+        """Mark the request's full blocks up to `num_tokens` as cached; only shareable ones get keys now."""
         if not self.enable_caching:
             return
         full = num_tokens // self.block_size
         start = request.num_cached_blocks
         if full <= start:
             return
-        key_of = request.keys.key
-        cache = self.cache
-        for j in range(start, full):
-            b = request.blocks[j]
-            key = key_of(j)
-            self.block_key[b] = key
-            entry = cache.get(key)
-            if entry is None:
-                cache[key] = b
-            elif isinstance(entry, int):
-                cache[key] = [entry, b]
-            else:
-                entry.append(b)
+        shared_end = min(full, request.keys.shared_blocks)
+        if start < shared_end:
+            key_of = request.keys.key
+            blocks = request.blocks
+            ref_cnt = self.ref_cnt
+            for j in range(start, shared_end):
+                b = blocks[j]
+                ref_cnt[b] = 1
+                self._insert(key_of(j), b)
+            self.epoch += 1
         request.num_cached_blocks = full
 
-    def free(self, request: Request) -> None:
-        """Release a request's blocks, tail first."""
-        ref_cnt = self.ref_cnt
-        keyed = self.enable_caching
-        for b in reversed(request.blocks):
-            ref_cnt[b] -= 1
-            if ref_cnt[b] == 0:
-                if keyed and self.block_key[b] is not None:
-                    self.free_keyed[b] = None
-                else:
-                    self.free_plain.append(b)
+    def free(self, request: Request, finished: bool = True) -> None:
+        """Release a request's blocks, tail first; `finished` says its private keys are dead."""
+        self.epoch += 1
+        blocks = request.blocks
         request.blocks = []
+        cached = request.num_cached_blocks
         request.num_cached_blocks = 0
+        live_private = request.live_private
+        request.live_private = 0
+        if not self.enable_caching:
+            self.free_plain.extend(blocks)
+            return
+        shared = min(request.keys.shared_blocks, len(blocks))
+        private_start = max(shared, cached)
+        self.free_plain.extend(blocks[private_start:])    # not yet cached: front of the queue
+        free_keyed = self.free_keyed
+        keyed_private = blocks[shared:cached]
+        if keyed_private:
+            block_key = self.block_key
+            if finished:
+                for b in keyed_private[:live_private]:  # its keys die with it
+                    self._uncache(block_key[b], b)
+                    block_key[b] = None
+                self._dead_token -= 1
+                free_keyed[self._dead_token] = keyed_private
+            else:
+                key_of = request.keys.key
+                for j in range(cached - 1, shared - 1, -1):
+                    b = blocks[j]
+                    if block_key[b] is None:
+                        self._insert(key_of(j), b)
+                    self.ref_cnt[b] = 0
+                    free_keyed[b] = None
+            self.keyed_free += len(keyed_private)
+        ref_cnt = self.ref_cnt
+        block_key = self.block_key
+        plain = self.free_plain
+        for j in range(shared - 1, -1, -1):
+            b = blocks[j]
+            if block_key[b] is None:
+                plain.append(b)
+            else:
+                ref_cnt[b] -= 1
+                if ref_cnt[b] == 0:
+                    free_keyed[b] = None
+                    self.keyed_free += 1

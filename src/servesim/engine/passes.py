@@ -23,7 +23,8 @@ class ScheduledPass:
     """A scheduler call's decision; once it runs, its timing and outputs."""
 
     __slots__ = ("entries", "preempted", "num_tokens", "free_blocks", "index", "start_ns", "end_ns",
-                 "delivered", "finished")
+                 "delivered", "finished", "group_step", "group_size", "group_context",
+                 "bulk_deliveries", "bulk_gap_ns", "group_steps", "step_durations")
 
     def __init__(self) -> None:
         self.entries: list[PassEntry] = []
@@ -35,6 +36,15 @@ class ScheduledPass:
         self.end_ns = 0
         self.delivered: list[Request] = []  # filled when the outputs are processed
         self.finished: list[Request] = []
+        # The fast engine's lockstep decode group, held as aggregates (engine/decode_group.py):
+        self.group_step = 0         # the group's step in this pass (0: none)
+        self.group_size = 0         # members decoding one token each
+        self.group_context = 0      # Σ of their context lengths
+        self.bulk_deliveries = 0    # members whose token arrives one pass after their previous one
+        self.bulk_gap_ns = 0        # that gap (this pass's end - the previous pass's end)
+        # Fast-forward: this record stands for `group_steps` identical passes back to back.
+        self.group_steps = 1
+        self.step_durations = None  # their durations (numpy int64), when group_steps > 1
 
     def __bool__(self) -> bool:
         return self.num_tokens > 0

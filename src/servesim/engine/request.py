@@ -28,7 +28,9 @@ class Request:
         "requested_output", "keys",
         # scheduler state
         "status", "num_computed", "num_output", "placeholders", "in_flight", "stale",
-        "is_prefill_chunk", "blocks", "num_cached_blocks", "num_preemptions",
+        "is_prefill_chunk", "blocks", "num_cached_blocks", "num_preemptions", "seq", "live_private",
+        # membership of the fast engine's lockstep decode group (engine/decode_group.py)
+        "group_first", "group_final", "group_computed", "group_offset",
         # measurements
         "first_scheduled_ns", "first_token_ns", "last_token_ns", "finish_ns", "cached_tokens",
         "worker",
@@ -60,7 +62,13 @@ class Request:
         self.is_prefill_chunk = False
         self.blocks: list[int] = []
         self.num_cached_blocks = 0
+        self.live_private = 0    # blocks past the shareable prefix that still have cache keys
         self.num_preemptions = 0
+        self.seq = -1            # admission order; the running list is ordered by it
+        self.group_first = -1    # first group step, or -1 when not a group member
+        self.group_final = -1    # group step that produces its last token
+        self.group_computed = 0  # num_computed when it joined the group
+        self.group_offset = 0    # group_computed - group_first, kept after it leaves (for retirement)
         self.first_scheduled_ns: int | None = None
         self.first_token_ns: int | None = None
         self.last_token_ns: int | None = None

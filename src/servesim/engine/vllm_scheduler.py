@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections import deque
 
 from servesim.engine.kv_cache import KvCache
+from servesim.engine.reference_kv_cache import ReferenceKvCache
 from servesim.engine.passes import PassEntry, ScheduledPass
 from servesim.engine.request import Request, Status
 
@@ -19,7 +20,7 @@ from servesim.engine.request import Request, Status
 class VllmScheduler:
     def __init__(
         self,
-        kv: KvCache,
+        kv: KvCache | ReferenceKvCache,
         max_num_seqs: int,
         max_num_batched_tokens: int,
         max_model_len: int,
@@ -36,6 +37,7 @@ class VllmScheduler:
         self.async_scheduling = async_scheduling
         self.running: list[Request] = []
         self.waiting: deque[Request] = deque()
+        self.admissions = 0     # running order is admission order: each admission gets the next seq
 
     # ------------------------------------------------------------------ queues
 
@@ -44,6 +46,9 @@ class VllmScheduler:
 
     def has_unfinished(self) -> bool:
         return bool(self.running) or bool(self.waiting)
+
+    def _num_running(self) -> int:
+        return len(self.running)
 
     # ------------------------------------------------------------------ schedule
 
@@ -96,18 +101,20 @@ class VllmScheduler:
             index += 1
 
         if not out.preempted:
-            budget = self._admit_waiting(out, budget, threshold)
+            self._admit_waiting(out, budget, threshold)
 
         self._update_after_schedule(out)
         return out
 
-    def _admit_waiting(self, out: ScheduledPass, budget: int, threshold: int) -> int:
+    def _admit_waiting(self, out: ScheduledPass, budget: int, threshold: int) -> Request | None:
+        """Admit waiting requests in queue order; returns the request that did not fit in memory, if any."""
         kv = self.kv
         waiting = self.waiting
         running = self.running
         skipped: list[Request] = []
+        blocked = None
         while budget > 0 and waiting:
-            if len(running) >= self.max_num_seqs:
+            if self._num_running() >= self.max_num_seqs:
                 break
             request = waiting[0]
             if request.stale:
@@ -123,10 +130,13 @@ class VllmScheduler:
             if not self.enable_chunked_prefill and num_new > budget:
                 break
             num_new = min(num_new, budget)
-            if not kv.admit(request, hits, num_new, has_running=bool(running)):
+            if not kv.admit(request, hits, num_new, has_running=self._num_running() > 0):
+                blocked = request
                 break
             waiting.popleft()
             running.append(request)
+            request.seq = self.admissions
+            self.admissions += 1
             kind = "new" if request.status == Status.WAITING else "resumed"
             request.status = Status.RUNNING
             request.num_computed = hit_tokens
@@ -136,10 +146,10 @@ class VllmScheduler:
             budget -= num_new
         # Skipped requests go back to the front, in their original order.
         waiting.extendleft(reversed(skipped))
-        return budget
+        return blocked
 
     def _preempt(self, request: Request) -> None:
-        self.kv.free(request)
+        self.kv.free(request, finished=False)
         request.status = Status.PREEMPTED
         request.num_computed = 0
         request.stale = request.in_flight

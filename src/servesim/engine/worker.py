@@ -26,6 +26,8 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 
+import numpy as np
+
 from servesim.engine.passes import ScheduledPass
 from servesim.engine.request import Request
 from servesim.engine.vllm_scheduler import VllmScheduler
@@ -57,6 +59,7 @@ class Worker:
         self.num_passes = 0
         self.busy_ns = 0
         self.pending_preempted: list[Request] = []  # preemptions of empty scheduler calls
+        self.fast_forward = hasattr(scheduler, "quiet_steps")
 
     # ------------------------------------------------------------------ events
 
@@ -131,10 +134,37 @@ class Worker:
         # A scheduler call that frees nothing and admits nothing would repeat forever.
         raise RuntimeError(f"{self.name}: the scheduler made no progress (this is a servesim bug)")
 
+    def _fast_forward(self, decided: ScheduledPass, now: int) -> int:
+        """Let `decided` stand for a run of identical decode passes when nothing can change.
+
+        The run stops before the pass end at which the next pending event (an arrival,
+        another worker's output) could be read: every pass end inside the run comes
+        strictly before it. Returns the run's total duration, or 0 for no run.
+        """
+        if self.intake:
+            return 0
+        steps = self.scheduler.quiet_steps(decided)
+        if steps < 2:
+            return 0
+        durations = self.timing.decode_steps_ns(decided.group_size, decided.group_context, steps)
+        upcoming = self.sim.next_event_time()
+        if upcoming is not None:
+            ends = now + np.cumsum(durations)
+            steps = min(steps, int(np.searchsorted(ends, upcoming, side="left")) + 1)
+            if steps < 2:
+                return 0
+            durations = durations[:steps]
+        self.scheduler.extend(decided, steps, durations)
+        return int(durations.sum())
+
     def _start(self, decided: ScheduledPass, now: int) -> None:
         decided.index = self.num_passes
-        self.num_passes += 1
-        duration = self.timing.duration_ns(PassShape.of(decided.entries))
+        duration = 0
+        if decided.group_size and not decided.entries and self.fast_forward:
+            duration = self._fast_forward(decided, now)
+        if not duration:
+            duration = self.timing.duration_ns(PassShape.of(decided))
+        self.num_passes += decided.group_steps
         decided.start_ns = now
         decided.end_ns = now + duration
         self.busy_ns += duration

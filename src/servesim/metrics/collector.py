@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from typing import TextIO
 
+import numpy as np
+
 from servesim.engine.passes import ScheduledPass
 from servesim.engine.request import Request
 from servesim.metrics.histogram import LogHistogram
@@ -33,12 +35,20 @@ class Collector:
             else:
                 itl.add(end - request.last_token_ns)
             request.last_token_ns = end
+        if done.bulk_deliveries:
+            if done.step_durations is None:
+                itl.add(done.bulk_gap_ns, done.bulk_deliveries)
+            else:  # a fast-forwarded run of passes: each gap is one pass's duration
+                values, counts = np.unique(done.step_durations, return_counts=True)
+                for value, count in zip(values.tolist(), counts.tolist()):
+                    itl.add(value, count * done.bulk_deliveries)
         for request in done.finished:
             request.finish_ns = end
-        self.num_passes += 1
+        self.num_passes += done.group_steps
         self.num_preemptions += len(done.preempted)
-        if len(done.entries) > self.peak_running:
-            self.peak_running = len(done.entries)
+        batch = len(done.entries) + done.group_size
+        if batch > self.peak_running:
+            self.peak_running = batch
         if self.pass_log is not None:
             self.pass_log.write(json.dumps(self.pass_record(worker.name, done)) + "\n")
 

@@ -19,14 +19,15 @@ class LogHistogram:
         self.total = 0
         self.zeros = 0
 
-    def add(self, value: int) -> None:
-        self.count += 1
-        self.total += value
+    def add(self, value: int, count: int = 1) -> None:
+        """Record `count` samples of `value`."""
+        self.count += count
+        self.total += value * count
         if value <= 0:
-            self.zeros += 1
+            self.zeros += count
             return
         index = math.ceil(math.log(value) / self._log_gamma)
-        self.counts[index] = self.counts.get(index, 0) + 1
+        self.counts[index] = self.counts.get(index, 0) + count
 
     def _value(self, index: int) -> float:
         return 2 * self._gamma**index / (self._gamma + 1)

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from servesim.config import FixedTiming, PolynomialTiming, TimingConfig
 
 
@@ -22,9 +24,11 @@ class PassShape:
     decode_context: int = 0         # Σ over decoding requests of the context their new tokens attend to
 
     @classmethod
-    def of(cls, entries) -> PassShape:
-        shape = cls()
-        for e in entries:
+    def of(cls, decided) -> PassShape:
+        """The shape of a scheduled pass: its explicit entries plus its decode group, if any."""
+        shape = cls(num_decodes=decided.group_size, decode_tokens=decided.group_size,
+                    decode_context=decided.group_context)
+        for e in decided.entries:
             if e.is_decode:
                 shape.num_decodes += 1
                 shape.decode_tokens += e.tokens
@@ -38,6 +42,19 @@ class TimingModel:
     def duration_ns(self, shape: PassShape) -> int:
         raise NotImplementedError
 
+    def decode_steps_ns(self, num_decodes: int, context: int, count: int) -> np.ndarray:
+        """Durations of `count` passes in a row that only decode `num_decodes` requests, whose
+        total context is `context` in the first and grows by `num_decodes` per pass.
+
+        Must equal `duration_ns` of each such pass exactly; models override it to vectorise.
+        """
+        out = np.empty(count, dtype=np.int64)
+        for i in range(count):
+            shape = PassShape(num_decodes=num_decodes, decode_tokens=num_decodes,
+                              decode_context=context + i * num_decodes)
+            out[i] = self.duration_ns(shape)
+        return out
+
 
 class FixedTimingModel(TimingModel):
     def __init__(self, cfg: FixedTiming) -> None:
@@ -45,6 +62,9 @@ class FixedTimingModel(TimingModel):
 
     def duration_ns(self, shape: PassShape) -> int:
         return self._ns
+
+    def decode_steps_ns(self, num_decodes: int, context: int, count: int) -> np.ndarray:
+        return np.full(count, self._ns, dtype=np.int64)
 
 
 class PolynomialTimingModel(TimingModel):
@@ -71,6 +91,13 @@ class PolynomialTimingModel(TimingModel):
         ns = (self._base + self._prefill * prefill_tokens + self._decode * shape.decode_tokens
               + self._context * context + self._request * requests)
         return max(1, round(ns))
+
+    def decode_steps_ns(self, num_decodes: int, context: int, count: int) -> np.ndarray:
+        # The same float operations, in the same order, as duration_ns: bit-identical results.
+        contexts = (context + num_decodes * np.arange(count, dtype=np.int64)).astype(np.float64)
+        ns = (self._base + self._prefill * 0 + self._decode * num_decodes
+              + self._context * contexts + self._request * num_decodes)
+        return np.maximum(1, np.round(ns)).astype(np.int64)
 
 
 def build_timing_model(cfg: TimingConfig) -> TimingModel:

@@ -46,8 +46,10 @@ class ClosedLoop(Client):
         self._concurrency = concurrency
 
     def initial(self) -> Iterator[tuple[int, TraceRequest]]:
-        for _ in range(min(self._concurrency, len(self._pending))):
-            yield 0, self._pending.popleft()
+        # Taken now: a user whose first request is rejected at once sends its next one
+        # before the other users' first requests have all been handed out.
+        first = [self._pending.popleft() for _ in range(min(self._concurrency, len(self._pending)))]
+        return iter([(0, r) for r in first])
 
     def on_complete(self, time_ns: int) -> TraceRequest | None:
         return self._pending.popleft() if self._pending else None

@@ -44,7 +44,7 @@ class PrefixInterner:
 class BlockKeys:
     """Content keys of one request's engine blocks (see the module docstring)."""
 
-    __slots__ = ("_prefix_ids", "_shared_blocks", "_unique_base", "_block_size", "_trace_block_size")
+    __slots__ = ("_prefix_ids", "shared_blocks", "_unique_base", "_block_size", "_trace_block_size")
 
     def __init__(
         self,
@@ -60,15 +60,18 @@ class BlockKeys:
         self._unique_base = -(request_id << _END_BITS) - 1
         if hash_ids:
             covered = min(input_length, len(hash_ids) * trace_block_size)
-            self._shared_blocks = covered // block_size
-            needed = -(-self._shared_blocks * block_size // trace_block_size)
+            self.shared_blocks = covered // block_size
+            needed = -(-self.shared_blocks * block_size // trace_block_size)
             self._prefix_ids = interner.prefix_ids(hash_ids, needed)
         else:
-            self._shared_blocks = 0
+            self.shared_blocks = 0
             self._prefix_ids = []
 
+    # Blocks 0 .. shared_blocks-1 have keys other requests may share (positive ints);
+    # every later block's key is unique to this request (negative).
+
     def key(self, block_index: int) -> int:
-        if block_index < self._shared_blocks:
+        if block_index < self.shared_blocks:
             end = (block_index + 1) * self._block_size
             trace_blocks = -(-end // self._trace_block_size)
             return self._prefix_ids[trace_blocks - 1] * _MAX_END + end

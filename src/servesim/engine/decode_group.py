@@ -1,0 +1,146 @@
+"""Decoding requests that advance in lockstep, held as aggregates.
+
+In a steady pass every decoding request computes exactly one token, so the
+fast engine does not visit them. A request joins the group at the pass where
+it first decodes (its "first step" f, with c tokens computed before it); at
+group step s it then has c + (s - f) tokens computed before the step, and its
+last token comes from step `group_final`. Everything a pass needs is kept as
+running totals over the members still to be scheduled ("active"):
+
+- how many there are (one decode token each);
+- Σ (c - f + 1), so their total context at step s is that sum + active · s;
+- counts by (c - f) mod block_size: a member needs a new KV block at step s
+  exactly when c + s - f is a multiple of the block size, so the blocks a
+  step needs are one bucket: buckets[-s mod block_size].
+
+Blocks grown by members are kept in one anonymous pool: they are private to
+their request and unkeyed until it leaves the group, so which member holds
+which block is unobservable; a leaving member takes as many as it grew. Keys
+of its full blocks (vLLM caches them as they fill) are given when it leaves,
+which is equivalent because only the request itself could hit those blocks,
+and it does not look itself up while running.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+from servesim.engine.request import Request
+
+
+class DecodeGroup:
+    def __init__(self, block_size: int) -> None:
+        self.block_size = block_size
+        self.reset()
+
+    def reset(self) -> None:
+        self.step = 0               # last step scheduled
+        self.done_step = 0          # last step whose outputs were processed
+        self.done_end_ns = 0        # end of the pass that ran `done_step`
+        self.active = 0             # members whose last step is not yet scheduled
+        self.context_base = 0       # Σ over active members of (c - f + 1)
+        self.buckets = [0] * self.block_size
+        self.members: dict[int, Request] = {}     # seq -> member (active or finishing)
+        self.retire_at: dict[int, list[Request]] = {}  # final step -> members
+        self.depart_at: dict[int, list[Request]] = {}  # final step -> members
+        self.joined_at: dict[int, list[Request]] = {}  # first step -> members
+        self.retired_through = 0    # members with final step <= this are no longer active
+        self.seq_heap: list[tuple[int, Request]] = []  # (-seq, member), active ones, lazily cleaned
+        self.final_heap: list[int] = []   # members' final steps, lazily cleaned
+        self.private_blocks: list[int] = []
+
+    # ------------------------------------------------------------------ membership
+
+    def join(self, request: Request, step: int) -> None:
+        """`request` decodes from `step` on; it has its blocks for `step` already."""
+        remaining = request.max_tokens - request.num_output - request.placeholders
+        final = step + remaining - 1
+        request.group_first = step
+        request.group_final = final
+        request.group_computed = request.num_computed
+        offset = request.num_computed - step
+        request.group_offset = offset
+        self.active += 1
+        self.context_base += offset + 1
+        self.buckets[offset % self.block_size] += 1
+        self.members[request.seq] = request
+        self.retire_at.setdefault(final, []).append(request)
+        self.depart_at.setdefault(final, []).append(request)
+        self.joined_at.setdefault(step, []).append(request)
+        heapq.heappush(self.seq_heap, (-request.seq, request))
+        heapq.heappush(self.final_heap, final)
+
+    def retire_before(self, step: int) -> None:
+        """Members whose last step comes before `step` are no longer scheduled."""
+        for final in range(self.retired_through + 1, step):
+            for member in self.retire_at.pop(final, ()):
+                offset = member.group_offset
+                self.active -= 1
+                self.context_base -= offset + 1
+                self.buckets[offset % self.block_size] -= 1
+        if step - 1 > self.retired_through:
+            self.retired_through = step - 1
+
+    def blocks_needed(self, step: int) -> int:
+        return self.buckets[-step % self.block_size]
+
+    def context_at(self, step: int) -> int:
+        return self.context_base + self.active * step
+
+    def earliest_final(self, step: int) -> int:
+        """The first step at or after `step` that is some active member's last."""
+        heap = self.final_heap
+        while heap and heap[0] < step:
+            heapq.heappop(heap)
+        return heap[0] if heap else -1
+
+    def blocks_for_steps(self, first: int, count: int) -> int:
+        """Blocks the active members need over `count` steps from `first` (no one leaving)."""
+        size = self.block_size
+        cycles, rest = divmod(count, size)
+        total = cycles * self.active
+        buckets = self.buckets
+        for step in range(first, first + rest):
+            total += buckets[-step % size]
+        return total
+
+    def steps_within(self, first: int, limit: int, free_blocks: int) -> int:
+        """How many steps from `first` (at most `limit`) fit in `free_blocks` new blocks."""
+        size = self.block_size
+        cycles = min(limit // size, free_blocks // self.active) if self.active else limit // size
+        count = cycles * size
+        left = free_blocks - cycles * self.active
+        buckets = self.buckets
+        while count < limit:
+            need = buckets[-(first + count) % size]
+            if need > left:
+                break
+            left -= need
+            count += 1
+        return count
+
+    def max_active_seq(self, step: int) -> int:
+        heap = self.seq_heap
+        while heap:
+            member = heap[0][1]
+            if member.group_first >= 0 and member.group_final >= step:
+                return -heap[0][0]
+            heapq.heappop(heap)
+        return -1
+
+    # ------------------------------------------------------------------ leaving
+
+    def settle(self, member: Request, through_scheduled: int, through_done: int) -> int:
+        """Write a member's implicit progress into its own counters; returns group tokens still in flight."""
+        first = member.group_first
+        scheduled = min(through_scheduled, member.group_final) - first + 1
+        done = max(0, min(through_done, member.group_final) - first + 1)
+        member.num_computed = member.group_computed + scheduled
+        member.num_output += done
+        need = -(-member.num_computed // self.block_size) - len(member.blocks)
+        if need > 0:
+            pool = self.private_blocks
+            member.blocks.extend(pool[-need:])
+            del pool[-need:]
+        member.group_first = -1
+        return scheduled - done

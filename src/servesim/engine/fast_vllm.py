@@ -1,0 +1,308 @@
+"""vLLM's scheduler with decoding requests held as aggregates: the fast engine.
+
+Same contract as `VllmScheduler` (the reference), different bookkeeping: a
+request that decodes one token per pass joins a `DecodeGroup`, and a pass
+costs O(1) for the whole group plus O(1) per request that does something
+else (prefill chunks, admissions, finishes).
+
+The aggregate form is exact only while the order of the running list cannot
+matter. Before each pass the engine checks that every running request gets
+all the tokens it asks for, or that only requests admitted after every group
+member are cut by the budget, and that the blocks the pass needs are free (no
+preemption). Otherwise it dissolves the group, writing each member's progress
+into its own counters, and runs the reference scheduler for that pass; the
+members rejoin as they decode again. `tests/test_fast_engine.py` holds the
+two engines to identical records on random workloads.
+"""
+
+from __future__ import annotations
+
+from servesim.engine.decode_group import DecodeGroup
+from servesim.engine.kv_cache import ceil_div
+from servesim.engine.passes import PassEntry, ScheduledPass
+from servesim.engine.request import Request, Status
+from servesim.engine.vllm_scheduler import VllmScheduler
+
+
+class FastVllmScheduler(VllmScheduler):
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.group = DecodeGroup(self.kv.block_size)
+        self.pending: list[ScheduledPass] = []   # scheduled passes whose outputs are not processed yet
+        self._blocked: Request | None = None     # waiting head that did not fit, at kv.epoch ...
+        self._blocked_epoch = -1
+        self.fast_passes = 0
+        self.exact_passes = 0
+
+    # ------------------------------------------------------------------ queues
+
+    def has_unfinished(self) -> bool:
+        return bool(self.running) or bool(self.waiting) or bool(self.group.members)
+
+    def _num_running(self) -> int:
+        return len(self.running) + len(self.group.members)
+
+    # ------------------------------------------------------------------ schedule
+
+    def schedule(self) -> ScheduledPass:
+        step = self.group.step + 1
+        self.group.retire_before(step)
+        out = self._schedule_fast(step)
+        if out is None:
+            self._dissolve()
+            out = super().schedule()
+            self.exact_passes += 1
+        else:
+            self.fast_passes += 1
+        if out:
+            self.pending.append(out)
+        return out
+
+    def _schedule_fast(self, step: int) -> ScheduledPass | None:
+        """One pass in aggregate form, or None when the running list's order could matter."""
+        kv = self.kv
+        group = self.group
+        budget = self.max_num_batched_tokens
+        threshold = (
+            self.long_prefill_token_threshold
+            if self._num_running() + len(self.waiting) > 1
+            else 0
+        )
+        members = group.active
+        if members > budget:
+            return None
+        async_on = self.async_scheduling
+        max_model_len = self.max_model_len
+
+        # What each explicit running request would ask for, in running order.
+        asks: list[tuple[Request, int]] = []
+        demand = members
+        for request in self.running:
+            if (
+                async_on
+                and request.placeholders > 0
+                and request.num_computed + 2 - request.placeholders >= request.prompt_len + request.max_tokens
+            ):
+                continue
+            need = request.num_tokens + request.placeholders - request.num_computed
+            if 0 < threshold < need:
+                need = threshold
+            need = min(need, max_model_len - request.num_computed - 1)
+            if need > 0:
+                asks.append((request, need))
+                demand += need
+        if demand > budget and asks and asks[0][0].seq < group.max_active_seq(step):
+            return None  # the budget runs out in an order that interleaves with the members
+
+        budget -= members
+        blocks_needed = group.blocks_needed(step) if members else 0
+        plan: list[tuple[Request, int, bool]] = []
+        for request, need in asks:
+            if budget <= 0:
+                break
+            num_new = min(need, budget)
+            slots = min(request.num_computed + num_new, max_model_len)
+            blocks_needed += max(ceil_div(slots, kv.block_size) - len(request.blocks), 0)
+            joins = (num_new == 1 and request.num_computed >= request.prompt_len
+                     and request.num_tokens + request.placeholders - request.num_computed == 1)
+            plan.append((request, num_new, joins))
+            budget -= num_new
+        if blocks_needed > kv.num_free:
+            return None  # somebody would be preempted
+
+        out = ScheduledPass()
+        if members:
+            kv.take(group.blocks_needed(step), group.private_blocks)
+        joined = False
+        for request, num_new, joins in plan:
+            kv.allocate(request, num_new)
+            if joins:
+                group.join(request, step)
+                joined = True
+            else:
+                out.entries.append(PassEntry(request, num_new, request.num_computed, "running"))
+        if joined:
+            self.running = [r for r in self.running if r.group_first < 0]
+        if group.active:
+            group.step = step
+            out.group_step = step
+            out.group_size = group.active
+            out.group_context = group.context_at(step)
+
+        self._admit_waiting(out, budget, threshold)
+        self._update_after_schedule(out)
+        out.num_tokens += out.group_size
+        return out
+
+    def _admit_waiting(self, out: ScheduledPass, budget: int, threshold: int) -> Request | None:
+        waiting = self.waiting
+        if (
+            waiting
+            and waiting[0] is self._blocked
+            and self.kv.epoch == self._blocked_epoch
+        ):
+            return self._blocked  # nothing freed or cached since it last did not fit
+        blocked = super()._admit_waiting(out, budget, threshold)
+        self._blocked = blocked
+        self._blocked_epoch = self.kv.epoch
+        return blocked
+
+    # ------------------------------------------------------------------ fast-forward
+
+    def quiet_steps(self, decided: ScheduledPass) -> int:
+        """How many passes, starting with `decided`, are identical group steps.
+
+        `decided` (a pure group step, about to start) can stand for a run of such passes
+        while nothing can change: no other running request, no admission possible
+        (nothing waiting, or its head still does not fit, or no slot, or no budget), no
+        member taking its last step, and enough free blocks for every step. The caller
+        also stops the run before any other event (an arrival) could be read.
+        """
+        group = self.group
+        step = decided.group_step
+        if (decided.entries or self.running or group.joined_at.get(step)
+                or decided.group_size != group.active or group.step != step):
+            return 0
+        waiting = self.waiting
+        if waiting and not (
+            (waiting[0] is self._blocked and self.kv.epoch == self._blocked_epoch)
+            or self._num_running() >= self.max_num_seqs
+            or group.active >= self.max_num_batched_tokens
+        ):
+            return 0
+        final = group.earliest_final(step)
+        if final <= step + 1:
+            return 0
+        # The run's steps (step, step+1, ...) must produce no member's last token, and the
+        # blocks of every step after the first (already allocated) must be free.
+        if not self.async_scheduling:
+            return 1 + group.steps_within(step + 1, final - step - 1, self.kv.num_free)
+        # Async: the pass after the run is committed as the run starts, one pass earlier
+        # than vLLM would; its blocks must be free too, so that commit needs nothing else.
+        return group.steps_within(step + 1, final - step, self.kv.num_free)
+
+    def extend(self, decided: ScheduledPass, steps: int, durations) -> None:
+        """Make `decided` stand for `steps` group steps (see quiet_steps)."""
+        group = self.group
+        first = decided.group_step
+        self.kv.take(group.blocks_for_steps(first + 1, steps - 1), group.private_blocks)
+        group.step = first + steps - 1
+        decided.group_steps = steps
+        decided.step_durations = durations
+        decided.num_tokens = group.active * steps
+
+    # ------------------------------------------------------------------ exact fallback
+
+    def _dissolve(self) -> None:
+        """Turn every member back into an explicit running request (exact counters and blocks)."""
+        group = self.group
+        if not group.members:
+            group.reset()
+            return
+        kv = self.kv
+        in_flight_step = group.step if group.step > group.done_step else 0
+        in_flight_pass = None
+        if in_flight_step:
+            in_flight_pass = next((p for p in self.pending if p.group_step == in_flight_step), None)
+            assert in_flight_pass is not None and in_flight_pass.group_steps == 1, (
+                "the exact path cannot take over while a fast-forwarded run is in flight")
+            in_flight_pass.group_step = 0
+        for member in sorted(group.members.values(), key=lambda r: r.seq):
+            first, final = member.group_first, member.group_final
+            computed_in_flight = member.group_computed + (in_flight_step - first)
+            flying = group.settle(member, group.step, group.done_step)
+            if group.done_step >= first:
+                member.last_token_ns = group.done_end_ns
+            if flying:
+                member.in_flight += flying
+                if self.async_scheduling:
+                    member.placeholders += flying
+                # Its token of the pass in flight now arrives as an explicit entry.
+                entry = PassEntry(member, 1, computed_in_flight, "running")
+                entry.samples = True
+                entry.is_decode = True
+                in_flight_pass.entries.append(entry)
+            elif in_flight_pass is not None and first <= in_flight_step <= final:
+                raise AssertionError("a member active in the pass in flight has no token in flight")
+            frontier = member.num_computed - (member.placeholders if self.async_scheduling else 0)
+            kv.cache_full_blocks(member, frontier)
+            member.is_prefill_chunk = False
+        if in_flight_pass is not None:
+            # The members' tokens now arrive explicitly; no bulk delivery remains.
+            in_flight_pass.entries.sort(key=lambda e: e.request.seq)
+            in_flight_pass.group_size = 0
+        assert not group.private_blocks, "decode group lost track of its blocks"
+        self.running = sorted(self.running + list(group.members.values()), key=lambda r: r.seq)
+        group.reset()
+
+    # ------------------------------------------------------------------ outputs
+
+    def update_from_output(self, done: ScheduledPass) -> None:
+        if self.pending and self.pending[0] is done:
+            self.pending.pop(0)
+        else:
+            self.pending.remove(done)
+        finished = done.finished
+        delivered = done.delivered
+        ending: list[Request] = []
+        async_on = self.async_scheduling
+        for entry in done.entries:
+            request = entry.request
+            request.in_flight -= entry.tokens
+            stale = request.stale > 0
+            if stale:
+                request.stale -= entry.tokens
+            if request.status == Status.FINISHED or not entry.samples:
+                continue
+            was_running = request.status == Status.RUNNING
+            request.num_output += 1
+            delivered.append(request)
+            if async_on:
+                if not stale:
+                    request.placeholders -= 1
+                if was_running and request.group_first < 0:
+                    self.kv.cache_full_blocks(request, request.num_computed - request.placeholders)
+            if request.group_first < 0 and (
+                request.num_output >= request.max_tokens or request.num_tokens >= self.max_model_len
+            ):
+                request.status = Status.FINISHED
+                ending.append(request)
+
+        step = done.group_step
+        group = self.group
+        if step and done.group_steps > 1:
+            # A fast-forwarded run: only regular deliveries, each one pass after the last.
+            done.bulk_deliveries = done.group_size
+            group.done_step = step + done.group_steps - 1
+            group.done_end_ns = done.end_ns
+            step = 0
+        if step:
+            joiners = group.joined_at.pop(step, [])
+            delivered.extend(joiners)
+            regular = done.group_size - len(joiners)
+            if regular:
+                done.bulk_deliveries = regular
+                done.bulk_gap_ns = done.end_ns - group.done_end_ns
+            for member in group.depart_at.pop(step, ()):
+                if member.group_first != step:  # a joiner's delivery goes through `delivered`
+                    member.last_token_ns = done.end_ns
+                group.settle(member, step, step)
+                del group.members[member.seq]
+                member.status = Status.FINISHED
+                ending.append(member)
+            group.done_step = step
+            group.done_end_ns = done.end_ns
+
+        if ending:
+            ending.sort(key=lambda r: r.seq)
+            stopped_running = set()
+            for request in ending:
+                self.kv.cache_full_blocks(request, request.num_computed)
+                self.kv.free(request)
+                finished.append(request)
+                if request in self.waiting:
+                    self.waiting.remove(request)
+                else:
+                    stopped_running.add(request.request_id)
+            if stopped_running:
+                self.running = [r for r in self.running if r.request_id not in stopped_running]

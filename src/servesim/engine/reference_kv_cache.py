@@ -1,0 +1,195 @@
+"""vLLM's paged KV cache with prefix caching, modelled block by block (the reference).
+
+`engine/kv_cache.py` holds the same contract in a form whose cost does not grow
+with the number of blocks a request holds; this one is kept as the readable
+reference, used by the reference scheduler and held equal by tests.
+
+Follows vLLM 0.32 `v1/core/block_pool.py`, `kv_cache_manager.py` and
+`single_type_kv_cache_manager.py` (full attention, one KV group); the rules
+are written out in docs/modeling/vllm.md. In short:
+
+- `num_gpu_blocks` blocks, of which block 0 is vLLM's null block: the rest are
+  usable. A block holds `block_size` tokens.
+- A full block whose tokens are all known gets a content key (its chained
+  hash) when it is allocated or, in async mode, when its last token arrives.
+  Keyed blocks form the prefix cache; several blocks may share a key.
+- Free blocks form one queue: unkeyed blocks at the front (reused first),
+  keyed blocks behind them in the order they were freed (LRU eviction).
+  A request's blocks are freed tail first. Allocation pops from the front and
+  drops a popped block's key. A prefix hit on a free keyed block takes it
+  out of the queue.
+- The hit of a request is the longest run of cached blocks from its start,
+  capped at `num_tokens - 1` tokens, whole blocks only.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+from servesim.engine.request import Request
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+class ReferenceKvCache:
+    def __init__(
+        self,
+        num_gpu_blocks: int,
+        block_size: int,
+        enable_caching: bool,
+        max_model_len: int,
+        watermark_blocks: int = 0,
+    ) -> None:
+        self.block_size = block_size
+        self.enable_caching = enable_caching
+        self.max_model_len = max_model_len
+        self.watermark_blocks = watermark_blocks
+        self.num_usable = num_gpu_blocks - 1
+        self.ref_cnt = [0] * num_gpu_blocks
+        self.block_key: list[int | None] = [None] * num_gpu_blocks
+        # The unkeyed part of the free queue, as a stack whose top is the queue's front.
+        self.free_plain: list[int] = list(range(num_gpu_blocks - 1, 0, -1))
+        # The keyed part, in eviction order. (An OrderedDict pops its oldest entry in
+        # O(1); a plain dict's first key gets slow to find after many deletions.)
+        self.free_keyed: OrderedDict[int, None] = OrderedDict()
+        # key -> one block, or a list of blocks in insertion order when a key repeats.
+        self.cache: dict[int, int | list[int]] = {}
+        # Bumped whenever blocks return to the free queue or keys enter the cache: the only
+        # changes that can let a waiting request in that did not fit before.
+        self.epoch = 0
+
+    # ------------------------------------------------------------------ queries
+
+    @property
+    def num_free(self) -> int:
+        """Free blocks, evictable cached ones included (vLLM's get_num_free_blocks)."""
+        return len(self.free_plain) + len(self.free_keyed)
+
+    @property
+    def num_used(self) -> int:
+        return self.num_usable - self.num_free
+
+    def lookup(self, request: Request) -> list[int]:
+        """Blocks of the longest cached prefix of the request's known tokens."""
+        if not self.enable_caching:
+            return []
+        hits: list[int] = []
+        cache = self.cache
+        key = request.keys.key
+        for j in range((request.num_tokens - 1) // self.block_size):
+            entry = cache.get(key(j))
+            if entry is None:
+                break
+            hits.append(entry if isinstance(entry, int) else entry[0])
+        return hits
+
+    # ------------------------------------------------------------------ allocation
+
+    def admit(self, request: Request, hits: list[int], num_new_tokens: int, has_running: bool) -> bool:
+        """Allocate for a waiting request's first chunk, if its whole sequence fits.
+
+        vLLM admits only if blocks for the request's *whole* current sequence are
+        free (`full_sequence_must_fit`), counting hit blocks that sit in the free
+        queue as needed too, plus the watermark when something is running.
+        """
+        block_size = self.block_size
+        evictable = sum(1 for b in hits if self.ref_cnt[b] == 0)
+        watermark = self.watermark_blocks if has_running else 0
+        full_tokens = min(request.num_tokens, self.max_model_len)
+        need_full = max(ceil_div(full_tokens, block_size) - len(hits), 0) + evictable
+        if need_full + watermark > self.num_free:
+            return False
+        hit_tokens = len(hits) * block_size
+        slots = min(hit_tokens + num_new_tokens, self.max_model_len)
+        for b in hits:
+            if self.ref_cnt[b] == 0:
+                del self.free_keyed[b]
+            self.ref_cnt[b] += 1
+        request.blocks = list(hits)
+        request.num_cached_blocks = len(hits)
+        self._grow(request, ceil_div(slots, block_size) - len(hits))
+        self.cache_full_blocks(request, min(hit_tokens + num_new_tokens, request.num_tokens))
+        return True
+
+    def allocate(self, request: Request, num_new_tokens: int) -> bool:
+        """Blocks for a running request's next chunk; False if too few are free."""
+        slots = min(request.num_computed + num_new_tokens, self.max_model_len)
+        need = ceil_div(slots, self.block_size) - len(request.blocks)
+        if need > 0:
+            if need > self.num_free:
+                return False
+            self._grow(request, need)
+        self.cache_full_blocks(request, min(request.num_computed + num_new_tokens, request.num_tokens))
+        return True
+
+    def _grow(self, request: Request, count: int) -> None:
+        self.take(count, request.blocks)
+
+    def take(self, count: int, into: list[int]) -> None:
+        """Pop `count` free blocks (unkeyed first, then keyed in LRU order, evicting) into `into`."""
+        ref_cnt = self.ref_cnt
+        plain = self.free_plain
+        from_plain = min(count, len(plain))
+        if from_plain:
+            taken = plain[-from_plain:]
+            del plain[-from_plain:]
+            for b in taken:
+                ref_cnt[b] = 1
+            into.extend(taken)
+        for _ in range(count - from_plain):
+            b = self.free_keyed.popitem(last=False)[0]
+            self._evict(b)
+            ref_cnt[b] = 1
+            into.append(b)
+
+    def _evict(self, block: int) -> None:
+        key = self.block_key[block]
+        self.block_key[block] = None
+        entry = self.cache[key]
+        if isinstance(entry, int):
+            del self.cache[key]
+        else:
+            entry.remove(block)
+            if not entry:
+                del self.cache[key]
+
+    def cache_full_blocks(self, request: Request, num_tokens: int) -> None:
+        """Give keys to the request's full blocks up to `num_tokens` known tokens."""
+        if not self.enable_caching:
+            return
+        full = num_tokens // self.block_size
+        start = request.num_cached_blocks
+        if full <= start:
+            return
+        key_of = request.keys.key
+        cache = self.cache
+        self.epoch += 1
+        for j in range(start, full):
+            b = request.blocks[j]
+            key = key_of(j)
+            self.block_key[b] = key
+            entry = cache.get(key)
+            if entry is None:
+                cache[key] = b
+            elif isinstance(entry, int):
+                cache[key] = [entry, b]
+            else:
+                entry.append(b)
+        request.num_cached_blocks = full
+
+    def free(self, request: Request, finished: bool = True) -> None:
+        """Release a request's blocks, tail first."""
+        ref_cnt = self.ref_cnt
+        keyed = self.enable_caching
+        self.epoch += 1
+        for b in reversed(request.blocks):
+            ref_cnt[b] -= 1
+            if ref_cnt[b] == 0:
+                if keyed and self.block_key[b] is not None:
+                    self.free_keyed[b] = None
+                else:
+                    self.free_plain.append(b)
+        request.blocks = []
+        request.num_cached_blocks = 0

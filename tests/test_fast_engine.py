@@ -1,0 +1,94 @@
+"""The fast engine against the reference: identical per-request records on random workloads.
+
+This is the licence for every optimisation in engine/fast_vllm.py and
+engine/decode_group.py: tiny KV caches that force preemption, chunked prefill
+with small budgets, thresholds, prefix sharing, async and sync scheduling,
+open- and closed-loop clients.
+"""
+
+from __future__ import annotations
+
+import copy
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import servesim
+
+from .conftest import write_trace
+from .test_properties import scenarios
+
+
+def _config(trace, sched, client, trace_block_size, timing):
+    return {
+        "engine": {"timing": timing, "workers": {"aggregated": {"scheduler": sched}}},
+        "workload": {"trace": str(trace), "format": "mooncake", "client": client,
+                     "trace_block_size": trace_block_size},
+    }
+
+
+def assert_same(config):
+    reference = servesim.simulate(dict(copy.deepcopy(config), engine=dict(config["engine"], reference=True)))
+    fast = servesim.simulate(config)
+    assert fast.requests == reference.requests
+    a = {k: v for k, v in fast.summary.items() if k != "wall_time_ms"}
+    b = {k: v for k, v in reference.summary.items() if k not in ("wall_time_ms",)}
+    b["config_hash"] = a["config_hash"]  # the configs differ only in engine.reference
+    assert a == b
+    return fast
+
+
+TIMINGS = st.sampled_from([
+    {"kind": "fixed", "pass_ms": 10.0},
+    {"kind": "polynomial", "base_ms": 1.5, "per_prefill_token_ms": 0.01, "per_decode_token_ms": 0.02,
+     "per_context_token_ms": 0.001},
+])
+
+
+@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(scenarios(), TIMINGS)
+def test_fast_matches_reference(tmp_path, scenario, timing):
+    rows, sched, client, trace_block_size = scenario
+    trace = write_trace(tmp_path / "t.jsonl", rows)
+    assert_same(_config(trace, sched, client, trace_block_size, timing))
+
+
+@st.composite
+def steady_scenarios(draw):
+    """Bigger batches of long decodes, where the aggregate path does most passes."""
+    n = draw(st.integers(20, 80))
+    rows = []
+    t = 0.0
+    for _ in range(n):
+        t += draw(st.sampled_from([0.0, 1.3, 7.7, 25.0]))
+        rows.append({"timestamp": round(t, 3), "input_length": draw(st.integers(1, 300)),
+                     "output_length": draw(st.integers(1, 200)),
+                     **({"hash_ids": draw(st.lists(st.integers(0, 3), min_size=1, max_size=4))}
+                        if draw(st.booleans()) else {})})
+    block_size = draw(st.sampled_from([8, 16]))
+    sched = {
+        "block_size": block_size,
+        "max_model_len": 512,
+        "num_gpu_blocks": draw(st.sampled_from([512 // block_size + 5, 200, 2000])),
+        "max_num_seqs": draw(st.sampled_from([8, 32, 128])),
+        "max_num_batched_tokens": draw(st.sampled_from([128, 512, 2048])),
+        "enable_prefix_caching": draw(st.booleans()),
+        "long_prefill_token_threshold": draw(st.sampled_from([0, 64])),
+        "async_scheduling": draw(st.booleans()),
+    }
+    client = draw(st.sampled_from([{"mode": "open_loop"}, {"mode": "closed_loop", "concurrency": 16}]))
+    return rows, sched, client, 32
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(steady_scenarios(), TIMINGS)
+def test_fast_matches_reference_steady(tmp_path, scenario, timing):
+    rows, sched, client, trace_block_size = scenario
+    trace = write_trace(tmp_path / "t.jsonl", rows)
+    assert_same(_config(trace, sched, client, trace_block_size, timing))
+
+
+def test_default_run_matches_reference():
+    fast = servesim.simulate()
+    reference = servesim.simulate(overrides=[("engine.reference", True)])
+    assert fast.requests == reference.requests
