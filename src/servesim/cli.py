@@ -75,7 +75,7 @@ def run(
 ) -> None:
     """Replay a workload through a simulated deployment and print a vllm-bench-style summary."""
     from servesim.config import config_to_yaml, parse_override
-    from servesim.metrics.output import AtomicFiles, write_json, write_requests_csv
+    from servesim.metrics.output import AtomicFiles, write_json
 
     files = AtomicFiles()
     progress = _ProgressBar(enabled=not quiet and sys.stderr.isatty())
@@ -105,7 +105,8 @@ def run(
             pass_fh.close()
         if targets:
             write_json(targets["summary.json"], result.summary)
-            write_requests_csv(targets["requests.csv"], result.requests)
+            with open(targets["requests.csv"], "w", encoding="utf-8", newline="") as fh:
+                result.requests.write_csv(fh)
             targets["config.resolved.yaml"].write_text(config_to_yaml(result.config))
         files.commit()
     except ServesimError as err:
@@ -126,6 +127,14 @@ def run(
         from servesim.metrics.table import print_summary
 
         print_summary(result.summary, result.config)
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def bench(ctx: typer.Context) -> None:
+    """Run the speed benchmark suite (options: --only, --timing, --repeat, --traces; see --help)."""
+    from servesim.bench import main as bench_main
+
+    raise typer.Exit(bench_main(list(ctx.args)))
 
 
 def main() -> None:

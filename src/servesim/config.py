@@ -195,9 +195,21 @@ Length = Union[PositiveInt, LengthRange]
 
 class SyntheticConfig(StrictModel):
     num_requests: PositiveInt
-    input_length: Length
-    output_length: Length
+    input_length: Length | None = None
+    output_length: Length | None = None
+    # Or draw (input, output) pairs with replacement from a trace's requests.
+    lengths_from: str | None = None
+    lengths_format: Literal["mooncake", "azure", "vidur", "servesim-jsonl"] | None = None
     seed: NonNegativeInt | None = None
+
+    @model_validator(mode="after")
+    def _lengths(self) -> SyntheticConfig:
+        given = (self.input_length is not None, self.output_length is not None)
+        if self.lengths_from is None and given != (True, True):
+            raise ValueError("give input_length and output_length, or lengths_from")
+        if self.lengths_from is not None and any(given):
+            raise ValueError("lengths_from replaces input_length and output_length; give one or the other")
+        return self
 
 
 class OpenLoopClient(StrictModel):

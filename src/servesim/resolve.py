@@ -20,6 +20,7 @@ class ResolvedRun:
     gpu: GpuSpec
     trace_path: Path | None
     source: str
+    lengths_path: Path | None = None   # workload.synthetic.lengths_from, resolved
 
 
 def vllm_serving_defaults(gpu: GpuSpec) -> tuple[int, int]:
@@ -88,4 +89,12 @@ def resolve(loaded: LoadedConfig) -> ResolvedRun:
     if trace_path is not None:
         trace_path = trace_path.resolve()
         config.workload.trace = str(trace_path)
-    return ResolvedRun(config, model, gpu, trace_path, loaded.source)
+    lengths_path = None
+    synthetic = config.workload.synthetic
+    if synthetic is not None and synthetic.lengths_from is not None:
+        lengths_path = Path(synthetic.lengths_from).expanduser()
+        if not lengths_path.is_absolute():
+            lengths_path = loaded.base_dir / lengths_path
+        lengths_path = lengths_path.resolve()
+        synthetic.lengths_from = str(lengths_path)
+    return ResolvedRun(config, model, gpu, trace_path, loaded.source, lengths_path)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import itertools
 import time
 import warnings
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -18,7 +20,7 @@ from servesim.engine.request import Request
 from servesim.engine.vllm_scheduler import VllmScheduler
 from servesim.engine.worker import Worker
 from servesim.metrics.collector import Collector
-from servesim.metrics.records import RequestRecord
+from servesim.metrics.records import RequestTable
 from servesim.metrics.summary import summarize
 from servesim.resolve import ResolvedRun, resolve
 from servesim.timing import build_timing_model
@@ -31,22 +33,25 @@ from servesim.workload.trace import TraceRequest, file_sha256, load_trace
 @dataclass
 class Result:
     summary: dict[str, Any]
-    requests: list[RequestRecord]          # sorted by request_id
+    requests: RequestTable                 # iterates RequestRecords sorted by request_id
     config: SimulationConfig               # the resolved config that ran
     warnings: list[str] = field(default_factory=list)
 
 
-def _load_requests(run: ResolvedRun) -> tuple[list[TraceRequest], dict[str, Any]]:
+def _load_requests(run: ResolvedRun) -> tuple[Iterable[TraceRequest], dict[str, Any]]:
     workload = run.config.workload
     if run.trace_path is not None:
         requests, fmt = load_trace(run.trace_path, workload.format, workload.max_requests)
         info = {"trace": str(run.trace_path), "trace_format": fmt, "trace_sha256": file_sha256(run.trace_path)}
-    else:
-        requests = generate(workload.synthetic, run.config.seed)
-        if workload.max_requests is not None:
-            requests = requests[: workload.max_requests]
-        info = {"trace": None, "trace_format": "synthetic", "trace_sha256": None}
-    return requests, info
+        return requests, info
+    synthetic = workload.synthetic
+    lengths = run.lengths_path
+    stream = generate(synthetic, run.config.seed, lengths)
+    if workload.max_requests is not None:
+        stream = itertools.islice(stream, workload.max_requests)
+    info = {"trace": None if lengths is None else str(lengths), "trace_format": "synthetic",
+            "trace_sha256": None if lengths is None else file_sha256(lengths)}
+    return stream, info
 
 
 def simulate(
@@ -128,10 +133,13 @@ def simulate(
                     sched_cfg.async_scheduling, sim, sim.on_pass_done)
     sim.workers.append(worker)
 
-    total = len(requests)
+    if isinstance(requests, list):
+        total = len(requests)
+    else:
+        total = min(cfg.workload.synthetic.num_requests, cfg.workload.max_requests or 1 << 62)
     sim.run(progress=(lambda t, done: progress(t, done, total)) if progress else None)
 
-    records = sorted(collector.records, key=lambda r: r.request_id)
+    records = collector.records
     summary = summarize(records, collector.itl, cfg.slo)
     wall_ms = (time.perf_counter() - wall_start) * 1e3
     summary.update({

@@ -149,7 +149,7 @@ class FastVllmScheduler(VllmScheduler):
 
     # ------------------------------------------------------------------ fast-forward
 
-    def quiet_steps(self, decided: ScheduledPass) -> int:
+    def quiet_steps(self, decided: ScheduledPass, limit: int) -> int:
         """How many passes, starting with `decided`, are identical group steps.
 
         `decided` (a pure group step, about to start) can stand for a run of such passes
@@ -170,7 +170,7 @@ class FastVllmScheduler(VllmScheduler):
             or group.active >= self.max_num_batched_tokens
         ):
             return 0
-        final = group.earliest_final(step)
+        final = min(group.earliest_final(step), step + limit)
         if final <= step + 1:
             return 0
         # The run's steps (step, step+1, ...) must produce no member's last token, and the

@@ -71,13 +71,20 @@ class KvCache:
         if not self.enable_caching:
             return []
         hits: list[int] = []
-        cache = self.cache
-        key = request.keys.key
-        for j in range((request.num_tokens - 1) // self.block_size):
-            entry = cache.get(key(j))
+        get = self.cache.get
+        keys = request.keys
+        limit = (request.num_tokens - 1) // self.block_size
+        shared = min(limit, keys.shared_blocks)
+        for key in keys.shared_keys(0, shared):
+            entry = get(key)
+            if entry is None:
+                return hits
+            hits.append(entry if entry.__class__ is int else entry[0])
+        for j in range(shared, limit):   # own blocks, cached before a preemption
+            entry = get(keys.key(j))
             if entry is None:
                 break
-            hits.append(entry if isinstance(entry, int) else entry[0])
+            hits.append(entry if entry.__class__ is int else entry[0])
         return hits
 
     # ------------------------------------------------------------------ allocation
@@ -130,10 +137,20 @@ class KvCache:
             del plain[-from_plain:]
         remaining = count - from_plain
         free_keyed = self.free_keyed
+        block_key = self.block_key
+        cache = self.cache
         while remaining:
             entry, run = free_keyed.popitem(last=False)
-            if run is None:
-                self._evict(entry)
+            if run is None:  # a live keyed block: evict its key
+                key = block_key[entry]
+                block_key[entry] = None
+                cached = cache[key]
+                if cached.__class__ is int:
+                    del cache[key]
+                else:
+                    cached.remove(entry)
+                    if not cached:
+                        del cache[key]
                 into.append(entry)
                 self.keyed_free -= 1
                 remaining -= 1
@@ -183,13 +200,21 @@ class KvCache:
             return
         shared_end = min(full, request.keys.shared_blocks)
         if start < shared_end:
-            key_of = request.keys.key
             blocks = request.blocks
             ref_cnt = self.ref_cnt
-            for j in range(start, shared_end):
-                b = blocks[j]
+            block_key = self.block_key
+            cache = self.cache
+            get = cache.get
+            for b, key in zip(blocks[start:shared_end], request.keys.shared_keys(start, shared_end)):
                 ref_cnt[b] = 1
-                self._insert(key_of(j), b)
+                block_key[b] = key
+                cached = get(key)
+                if cached is None:
+                    cache[key] = b
+                elif cached.__class__ is int:
+                    cache[key] = [cached, b]
+                else:
+                    cached.append(b)
             self.epoch += 1
         request.num_cached_blocks = full
 

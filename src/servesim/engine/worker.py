@@ -134,20 +134,24 @@ class Worker:
         # A scheduler call that frees nothing and admits nothing would repeat forever.
         raise RuntimeError(f"{self.name}: the scheduler made no progress (this is a servesim bug)")
 
-    def _fast_forward(self, decided: ScheduledPass, now: int) -> int:
+    def _fast_forward(self, decided: ScheduledPass, now: int, first_duration: int) -> int:
         """Let `decided` stand for a run of identical decode passes when nothing can change.
 
         The run stops before the pass end at which the next pending event (an arrival,
         another worker's output) could be read: every pass end inside the run comes
         strictly before it. Returns the run's total duration, or 0 for no run.
         """
-        if self.intake:
-            return 0
-        steps = self.scheduler.quiet_steps(decided)
+        upcoming = self.sim.next_event_time()
+        limit = 1 << 40
+        if upcoming is not None:
+            # Passes that only decode get no shorter as contexts grow: an upper bound.
+            limit = (upcoming - now - 1) // first_duration + 1
+            if limit < 2:
+                return 0
+        steps = self.scheduler.quiet_steps(decided, limit)
         if steps < 2:
             return 0
         durations = self.timing.decode_steps_ns(decided.group_size, decided.group_context, steps)
-        upcoming = self.sim.next_event_time()
         if upcoming is not None:
             ends = now + np.cumsum(durations)
             steps = min(steps, int(np.searchsorted(ends, upcoming, side="left")) + 1)
@@ -159,11 +163,9 @@ class Worker:
 
     def _start(self, decided: ScheduledPass, now: int) -> None:
         decided.index = self.num_passes
-        duration = 0
-        if decided.group_size and not decided.entries and self.fast_forward:
-            duration = self._fast_forward(decided, now)
-        if not duration:
-            duration = self.timing.duration_ns(PassShape.of(decided))
+        duration = self.timing.duration_ns(PassShape.of(decided))
+        if decided.group_size and not decided.entries and self.fast_forward and not self.intake:
+            duration = self._fast_forward(decided, now, duration) or duration
         self.num_passes += decided.group_steps
         decided.start_ns = now
         decided.end_ns = now + duration

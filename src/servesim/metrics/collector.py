@@ -10,7 +10,7 @@ import numpy as np
 from servesim.engine.passes import ScheduledPass
 from servesim.engine.request import Request
 from servesim.metrics.histogram import LogHistogram
-from servesim.metrics.records import RequestRecord
+from servesim.metrics.records import RequestTable
 
 
 def _ms(ns: int) -> float:
@@ -20,7 +20,7 @@ def _ms(ns: int) -> float:
 class Collector:
     def __init__(self, pass_log: TextIO | None = None) -> None:
         self.itl = LogHistogram()
-        self.records: list[RequestRecord] = []
+        self.records = RequestTable()
         self.pass_log = pass_log
         self.num_passes = 0
         self.num_preemptions = 0
@@ -39,9 +39,14 @@ class Collector:
             if done.step_durations is None:
                 itl.add(done.bulk_gap_ns, done.bulk_deliveries)
             else:  # a fast-forwarded run of passes: each gap is one pass's duration
-                values, counts = np.unique(done.step_durations, return_counts=True)
-                for value, count in zip(values.tolist(), counts.tolist()):
-                    itl.add(value, count * done.bulk_deliveries)
+                durations = done.step_durations
+                members = done.bulk_deliveries
+                if durations.min() == durations.max():
+                    itl.add(int(durations[0]), len(durations) * members)
+                else:
+                    values, counts = np.unique(durations, return_counts=True)
+                    for value, count in zip(values.tolist(), counts.tolist()):
+                        itl.add(value, count * members)
         for request in done.finished:
             request.finish_ns = end
         self.num_passes += done.group_steps
@@ -68,4 +73,4 @@ class Collector:
         }
 
     def on_request_done(self, request: Request) -> None:
-        self.records.append(RequestRecord.of(request))
+        self.records.append(request)

@@ -9,7 +9,6 @@ import tempfile
 from pathlib import Path
 
 from servesim.errors import ServesimError
-from servesim.metrics.records import REQUEST_COLUMNS, RequestRecord, csv_row
 
 
 class AtomicFiles:
@@ -61,13 +60,6 @@ class AtomicFiles:
         for scratch in self._scratch_dirs:
             shutil.rmtree(scratch, ignore_errors=True)
         self._scratch_dirs = []
-
-
-def write_requests_csv(path: Path, records: list[RequestRecord]) -> None:
-    with open(path, "w", encoding="utf-8", newline="") as fh:
-        fh.write(",".join(REQUEST_COLUMNS) + "\n")
-        for record in records:
-            fh.write(csv_row(record) + "\n")
 
 
 def write_json(path: Path, data: dict) -> None:

@@ -1,8 +1,13 @@
-"""Per-request records and `requests.csv`."""
+"""Per-request records: kept as compact columns, streamed to `requests.csv` in id order."""
 
 from __future__ import annotations
 
+from array import array
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TextIO
+
+import numpy as np
 
 from servesim.engine.request import Request, Status
 
@@ -11,6 +16,8 @@ REQUEST_COLUMNS = (
     "cached_tokens", "preemptions", "worker", "ttft_ms", "e2e_ms",
     "tpot_ms", "first_scheduled_ms", "requested_output_length", "status",
 )
+STATUSES = ("ok", "length_capped", "rejected")
+_NONE = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,29 +34,6 @@ class RequestRecord:
     first_scheduled_ns: int | None
     requested_output_length: int
     status: str                 # "ok", "length_capped" (max_model_len cut the output) or "rejected"
-
-    @classmethod
-    def of(cls, request: Request) -> RequestRecord:
-        if request.status == Status.REJECTED:
-            status = "rejected"
-        elif request.num_output < request.requested_output:
-            status = "length_capped"
-        else:
-            status = "ok"
-        return cls(
-            request_id=request.request_id,
-            arrival_ns=request.arrival_ns,
-            first_token_ns=request.first_token_ns,
-            finish_ns=request.finish_ns,
-            input_length=request.prompt_len,
-            output_length=request.num_output,
-            cached_tokens=request.cached_tokens or 0,
-            preemptions=request.num_preemptions,
-            worker=request.worker,
-            first_scheduled_ns=request.first_scheduled_ns,
-            requested_output_length=request.requested_output,
-            status=status,
-        )
 
     @property
     def completed(self) -> bool:
@@ -70,7 +54,13 @@ class RequestRecord:
         return (self.finish_ns - self.first_token_ns) / (self.output_length - 1)
 
 
-def _ms(ns: float | None) -> str:
+def status_of(request: Request) -> int:
+    if request.status == Status.REJECTED:
+        return 2
+    return 1 if request.num_output < request.requested_output else 0
+
+
+def _ms(ns: int | float | None) -> str:
     if ns is None:
         return ""
     if isinstance(ns, int):
@@ -88,5 +78,85 @@ def csv_row(r: RequestRecord) -> str:
     ))
 
 
-def ms_text(ns: int | float | None) -> str:
-    return _ms(ns)
+class RequestTable:
+    """Every request's record, as columns (about 90 bytes a request), in completion order.
+
+    Iterating or indexing yields `RequestRecord`s sorted by request id.
+    """
+
+    _INT_COLUMNS = ("request_id", "arrival_ns", "first_token_ns", "finish_ns", "input_length",
+                    "output_length", "cached_tokens", "preemptions", "first_scheduled_ns",
+                    "requested_output_length")
+
+    def __init__(self) -> None:
+        for name in self._INT_COLUMNS:
+            setattr(self, name, array("q"))
+        self.worker = array("H")
+        self.status = array("b")
+        self.workers: list[str] = []
+        self._worker_index: dict[str, int] = {}
+        self._order: np.ndarray | None = None
+
+    def append(self, request: Request) -> None:
+        self.request_id.append(request.request_id)
+        self.arrival_ns.append(request.arrival_ns)
+        self.first_token_ns.append(_NONE if request.first_token_ns is None else request.first_token_ns)
+        self.finish_ns.append(_NONE if request.finish_ns is None else request.finish_ns)
+        self.input_length.append(request.prompt_len)
+        self.output_length.append(request.num_output)
+        self.cached_tokens.append(request.cached_tokens or 0)
+        self.preemptions.append(request.num_preemptions)
+        self.first_scheduled_ns.append(_NONE if request.first_scheduled_ns is None else request.first_scheduled_ns)
+        self.requested_output_length.append(request.requested_output)
+        index = self._worker_index.get(request.worker)
+        if index is None:
+            index = self._worker_index[request.worker] = len(self.workers)
+            self.workers.append(request.worker)
+        self.worker.append(index)
+        self.status.append(status_of(request))
+        self._order = None
+
+    def __len__(self) -> int:
+        return len(self.request_id)
+
+    def column(self, name: str) -> np.ndarray:
+        """A column as a numpy array, in completion order (-1 stands for none)."""
+        dtype = {"worker": np.uint16, "status": np.int8}.get(name, np.int64)
+        return np.frombuffer(getattr(self, name), dtype=dtype)
+
+    def _sorted(self) -> np.ndarray:
+        if self._order is None:
+            self._order = np.argsort(self.column("request_id"), kind="stable")
+        return self._order
+
+    def _record(self, i: int) -> RequestRecord:
+        def opt(col: array) -> int | None:
+            value = col[i]
+            return None if value == _NONE else value
+
+        return RequestRecord(
+            request_id=self.request_id[i], arrival_ns=self.arrival_ns[i], first_token_ns=opt(self.first_token_ns),
+            finish_ns=opt(self.finish_ns), input_length=self.input_length[i], output_length=self.output_length[i],
+            cached_tokens=self.cached_tokens[i], preemptions=self.preemptions[i], worker=self.workers[self.worker[i]],
+            first_scheduled_ns=opt(self.first_scheduled_ns),
+            requested_output_length=self.requested_output_length[i], status=STATUSES[self.status[i]],
+        )
+
+    def __getitem__(self, position: int) -> RequestRecord:
+        return self._record(int(self._sorted()[position]))
+
+    def __iter__(self) -> Iterator[RequestRecord]:
+        for i in self._sorted().tolist():
+            yield self._record(i)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, RequestTable):
+            return list(self) == list(other)
+        if isinstance(other, list):
+            return list(self) == other
+        return NotImplemented
+
+    def write_csv(self, fh: TextIO) -> None:
+        fh.write(",".join(REQUEST_COLUMNS) + "\n")
+        for record in self:
+            fh.write(csv_row(record) + "\n")

@@ -13,7 +13,7 @@ import numpy as np
 
 from servesim.config import SloConfig
 from servesim.metrics.histogram import LogHistogram
-from servesim.metrics.records import RequestRecord
+from servesim.metrics.records import RequestTable
 
 PERCENTILES = (50, 90, 99)
 
@@ -44,21 +44,30 @@ def _hist_stats(name: str, hist: LogHistogram) -> dict[str, float | None]:
     return out
 
 
-def summarize(records: list[RequestRecord], itl: LogHistogram, slo: SloConfig) -> dict:
-    done = [r for r in records if r.completed]
-    failed = len(records) - len(done)
-    first_arrival = min((r.arrival_ns for r in records), default=0)
-    last_finish = max((r.finish_ns for r in records if r.finish_ns is not None), default=first_arrival)
+def summarize(table: RequestTable, itl: LogHistogram, slo: SloConfig) -> dict:
+    status = table.column("status")
+    done = status != 2  # not rejected
+    arrival = table.column("arrival_ns")
+    finish = table.column("finish_ns")
+    first_token = table.column("first_token_ns")[done]
+    out_len = table.column("output_length")[done]
+    in_len = table.column("input_length")[done]
+    n = int(done.sum())
+    failed = len(table) - n
+    first_arrival = int(arrival.min()) if len(table) else 0
+    finished = finish[finish >= 0]
+    last_finish = int(finished.max()) if finished.size else first_arrival
     duration_ns = max(last_finish - first_arrival, 0)
     duration_s = duration_ns / 1e9
-    n = len(done)
-    ttft = np.array([r.ttft_ns for r in done], dtype=np.float64) / 1e6
-    e2e = np.array([r.e2e_ns for r in done], dtype=np.float64) / 1e6
-    multi = [r for r in done if r.output_length > 1]
-    tpot = np.array([r.tpot_ns for r in multi], dtype=np.float64) / 1e6
-    input_tokens = sum(r.input_length for r in done)
-    output_tokens = sum(r.output_length for r in done)
-    cached = sum(r.cached_tokens for r in done)
+    ttft = (first_token - arrival[done]) / 1e6
+    e2e = (finish[done] - arrival[done]) / 1e6
+    multi = out_len > 1
+    with np.errstate(divide="ignore", invalid="ignore"):
+        per_request_tpot = np.where(multi, (finish[done] - first_token) / np.maximum(out_len - 1, 1) / 1e6, 0.0)
+    tpot = per_request_tpot[multi]
+    input_tokens = int(in_len.sum())
+    output_tokens = int(out_len.sum())
+    cached = int(table.column("cached_tokens")[done].sum())
 
     good = np.ones(n, dtype=bool)
     if slo.ttft_ms is not None:
@@ -67,11 +76,8 @@ def summarize(records: list[RequestRecord], itl: LogHistogram, slo: SloConfig) -
         good &= e2e <= slo.e2e_ms
     if slo.tpot_ms is not None:
         # A one-token request has no TPOT and meets the SLO trivially.
-        per_request_tpot = np.array(
-            [(r.tpot_ns / 1e6) if r.output_length > 1 else 0.0 for r in done], dtype=np.float64
-        )
         good &= per_request_tpot <= slo.tpot_ms
-    good_output = int(sum(r.output_length for r, ok in zip(done, good) if ok))
+    good_output = int(out_len[good].sum())
 
     def rate(x: float) -> float | None:
         return x / duration_s if duration_s > 0 else None
@@ -94,6 +100,6 @@ def summarize(records: list[RequestRecord], itl: LogHistogram, slo: SloConfig) -
         "request_goodput_req_s": rate(int(good.sum())),
         "goodput_output_throughput_tok_s": rate(good_output),
         "prefix_cache_hit_rate": cached / input_tokens if input_tokens else None,
-        "preempted_requests": sum(1 for r in done if r.preemptions > 0),
+        "preempted_requests": int((table.column("preemptions")[done] > 0).sum()),
     }
     return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in summary.items()}

@@ -76,3 +76,10 @@ class BlockKeys:
             trace_blocks = -(-end // self._trace_block_size)
             return self._prefix_ids[trace_blocks - 1] * _MAX_END + end
         return self._unique_base - block_index
+
+    def shared_keys(self, start: int, stop: int) -> list[int]:
+        """Keys of blocks start .. stop-1, all below `shared_blocks`."""
+        size, trace = self._block_size, self._trace_block_size
+        prefix = self._prefix_ids
+        return [prefix[(end + trace - 1) // trace - 1] * _MAX_END + end
+                for end in range((start + 1) * size, (stop + 1) * size, size)]

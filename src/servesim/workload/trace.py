@@ -148,7 +148,9 @@ def _azure_ns(text: str, where: str) -> int:
     """'2023-11-16 18:17:03.9799600' → ns since the epoch, exactly (100 ns resolution text)."""
     try:
         head, _, frac = text.strip().partition(".")
-        seconds = datetime.strptime(head, "%Y-%m-%d %H:%M:%S").replace(tzinfo=timezone.utc)
+        if len(head) != 19 or head[10] != " ":
+            raise ValueError(head)
+        seconds = datetime.fromisoformat(head).replace(tzinfo=timezone.utc)
         if frac and not frac.isdigit():
             raise ValueError(frac)
         frac_ns = int((frac + "000000000")[:9]) if frac else 0
