@@ -129,6 +129,44 @@ def run(
         print_summary(result.summary, result.config)
 
 
+@app.command()
+def models() -> None:
+    """List the built-in models: parameters, KV-cache bytes per token, context length."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from servesim.models import list_models
+
+    table = Table(title="servesim models")
+    for column in ("name", "Hugging Face ids", "params (B)", "active (B)", "KV bytes/token (bf16)", "context"):
+        table.add_column(column, justify="left" if column in ("name", "Hugging Face ids") else "right")
+    for spec in list_models():
+        arch = spec.arch
+        table.add_row(spec.name, ", ".join(spec.hf_ids[:2]) + (", ..." if len(spec.hf_ids) > 2 else ""),
+                      f"{arch.total_params() / 1e9:.2f}", f"{arch.active_params() / 1e9:.2f}",
+                      f"{arch.kv_bytes_per_token(2):,.0f}", f"{arch.context_length:,}")
+    Console(width=None if sys.stdout.isatty() else 160).print(table)
+
+
+@app.command()
+def gpus() -> None:
+    """List the built-in GPUs: dense TFLOPS, HBM, NVLink and network bandwidth."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from servesim.hardware import list_gpus
+
+    table = Table(title="servesim gpus (dense TFLOPS; bandwidths in bytes)")
+    for column in ("name", "also", "BF16", "FP8", "FP4", "HBM GB", "HBM TB/s", "NVLink GB/s", "network GB/s"):
+        table.add_column(column, justify="left" if column in ("name", "also") else "right")
+    for gpu in list_gpus():
+        table.add_row(gpu.name, ", ".join(gpu.aliases), f"{gpu.bf16_tflops:,.0f}",
+                      f"{gpu.fp8_tflops:,.0f}" if gpu.fp8_tflops else "-",
+                      f"{gpu.fp4_tflops:,.0f}" if gpu.fp4_tflops else "-", f"{gpu.memory_gb:g}",
+                      f"{gpu.hbm_tb_s:g}", f"{gpu.nvlink_gb_s:,.0f}", f"{gpu.network_gb_s:g}")
+    Console(width=None if sys.stdout.isatty() else 160).print(table)
+
+
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def bench(ctx: typer.Context) -> None:
     """Run the speed benchmark suite (options: --only, --timing, --repeat, --traces; see --help)."""

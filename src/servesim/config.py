@@ -54,7 +54,36 @@ class PolynomialTiming(StrictModel):
     per_request_ms: NonNegativeFloat = 0.0
 
 
-TimingConfig = Annotated[Union[FixedTiming, PolynomialTiming], Field(discriminator="kind")]
+class RooflineTiming(StrictModel):
+    """Hardware-grounded pass times from the model and GPU catalogues (timing/roofline.py).
+
+    Efficiencies and overheads default to the values fitted for the GPU and backend
+    (src/servesim/timing/data/roofline_fit.json); any of them can be pinned here.
+    """
+
+    kind: Literal["roofline"]
+    # Which fitted profile to use, as "<gpu>/<backend>"; null = this deployment's own.
+    profile: str | None = None
+    gemm_efficiency: Annotated[float, Field(gt=0, le=1)] | None = None
+    gemm_half_tokens: PositiveFloat | None = None
+    memory_efficiency: Annotated[float, Field(gt=0, le=1)] | None = None
+    attention_efficiency: Annotated[float, Field(gt=0, le=1)] | None = None
+    comm_efficiency: Annotated[float, Field(gt=0, le=1)] | None = None
+    comm_latency_us: NonNegativeFloat | None = None
+    pass_overhead_ms: NonNegativeFloat | None = None
+    per_layer_overhead_us: NonNegativeFloat | None = None
+    per_request_ms: NonNegativeFloat | None = None
+
+
+class AicTiming(StrictModel):
+    """Pass times from aiconfigurator-core's measured kernel database (optional extra servesim[aic])."""
+
+    kind: Literal["aic"]
+    version: str | None = None
+
+
+TimingConfig = Annotated[Union[FixedTiming, PolynomialTiming, RooflineTiming, AicTiming],
+                         Field(discriminator="kind")]
 
 
 # --------------------------------------------------------------------------- schedulers
@@ -66,7 +95,7 @@ class VllmSchedulerConfig(StrictModel):
     max_num_seqs: PositiveInt | None = None
     max_num_batched_tokens: PositiveInt | None = None
     block_size: PositiveInt = 16
-    num_gpu_blocks: Annotated[int, Field(ge=2)] = 27000
+    num_gpu_blocks: Annotated[int, Field(ge=2)] | None = None
     max_model_len: PositiveInt | None = None
     enable_chunked_prefill: bool = True
     enable_prefix_caching: bool = True
@@ -153,7 +182,11 @@ class SpeculativeConfig(StrictModel):
 
 class RoleConfig(StrictModel):
     count: PositiveInt = 1
-    tp: PositiveInt = 1
+    tp: PositiveInt = 1              # tensor parallelism
+    pp: PositiveInt = 1              # pipeline parallelism (only 1 is modelled)
+    attention_dp: PositiveInt = 1    # data-parallel attention ranks (each its own KV cache and batch)
+    ep: PositiveInt = 1              # expert parallelism, over the worker's tp × attention_dp GPUs
+    gpu_memory_utilization: Annotated[float, Field(gt=0, le=1)] = 0.9
     # Validated against engine.backend's schema by `load_config` (it depends on a sibling
     # of this model's parent, which a field validator cannot see).
     scheduler: Union[VllmSchedulerConfig, SglangSchedulerConfig, TrtllmSchedulerConfig, None] = None
@@ -237,6 +270,8 @@ class WorkloadConfig(StrictModel):
     format: Literal["mooncake", "azure", "vidur", "servesim-jsonl"] | None = None
     trace_block_size: PositiveInt = 512
     max_requests: PositiveInt | None = None
+    # Requests 0 .. warmup_requests-1 run but are left out of the summary's metrics.
+    warmup_requests: NonNegativeInt = 0
     client: ClientConfig = Field(default_factory=lambda: OpenLoopClient(mode="open_loop"))
 
     @model_validator(mode="after")
@@ -255,6 +290,10 @@ class SloConfig(StrictModel):
 class SimulationConfig(StrictModel):
     model: str = "llama-3.1-8b"
     gpu: str = "h100-sxm"
+    # Weights and GEMMs; null = the checkpoint's own (bf16 for most, fp8 for DeepSeek-V3/R1).
+    # int4 is weight-only (GEMMs in bf16).
+    precision: Literal["bf16", "fp8", "fp4", "int4"] | None = None
+    kv_cache_dtype: Literal["auto", "bf16", "fp8"] = "auto"
     seed: NonNegativeInt = 0
     engine: EngineConfig = Field(default_factory=EngineConfig)
     workload: WorkloadConfig

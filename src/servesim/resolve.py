@@ -8,6 +8,7 @@ from pathlib import Path
 from servesim.config import LoadedConfig, SimulationConfig, VllmSchedulerConfig
 from servesim.errors import ServesimError
 from servesim.hardware import GpuSpec, resolve_gpu
+from servesim.hardware.deployment import Deployment
 from servesim.models import ModelSpec, resolve_model
 
 GIB = 1024**3
@@ -18,6 +19,7 @@ class ResolvedRun:
     config: SimulationConfig     # every engine default filled in
     model: ModelSpec
     gpu: GpuSpec
+    deployment: Deployment
     trace_path: Path | None
     source: str
     lengths_path: Path | None = None   # workload.synthetic.lengths_from, resolved
@@ -38,18 +40,26 @@ def vllm_serving_defaults(gpu: GpuSpec) -> tuple[int, int]:
 
 
 def _resolve_vllm(sched: VllmSchedulerConfig, where: str, gpu: GpuSpec, model: ModelSpec,
-                  ngram: bool) -> VllmSchedulerConfig:
+                  ngram: bool, deployment: Deployment, utilization: float) -> VllmSchedulerConfig:
     default_seqs, default_tokens = vllm_serving_defaults(gpu)
     max_num_seqs = sched.max_num_seqs or default_seqs
     max_num_batched_tokens = sched.max_num_batched_tokens or default_tokens
     max_model_len = sched.max_model_len or model.context_length
     # vLLM turns async scheduling on by default, except with ngram drafts.
     async_scheduling = (not ngram) if sched.async_scheduling is None else sched.async_scheduling
-    usable_tokens = (sched.num_gpu_blocks - 1) * sched.block_size
+    num_gpu_blocks = sched.num_gpu_blocks
+    if num_gpu_blocks is None:
+        # Each attention-DP rank profiles its own cache; the worker's scheduler holds them all.
+        per_rank = deployment.num_gpu_blocks(sched.block_size, utilization, max_num_batched_tokens,
+                                             max_num_seqs)
+        num_gpu_blocks = per_rank * deployment.attention_dp
+        if num_gpu_blocks < 2:
+            raise ServesimError(f"{where}: the KV cache would hold no block at all")
+    usable_tokens = (num_gpu_blocks - 1) * sched.block_size
     if usable_tokens < max_model_len:
         raise ServesimError(
             f"{where}: max_model_len {max_model_len} does not fit in the KV cache, which holds "
-            f"{usable_tokens} tokens ({sched.num_gpu_blocks - 1} usable blocks of {sched.block_size}), "
+            f"{usable_tokens} tokens ({num_gpu_blocks - 1} usable blocks of {sched.block_size}), "
             f"{max_model_len - usable_tokens} tokens short; lower max_model_len or raise num_gpu_blocks"
         )
     if not sched.enable_chunked_prefill and max_num_batched_tokens < max_model_len:
@@ -67,24 +77,35 @@ def _resolve_vllm(sched: VllmSchedulerConfig, where: str, gpu: GpuSpec, model: M
         "max_num_batched_tokens": max_num_batched_tokens,
         "max_model_len": max_model_len,
         "async_scheduling": async_scheduling,
+        "num_gpu_blocks": num_gpu_blocks,
     })
 
 
 def resolve(loaded: LoadedConfig) -> ResolvedRun:
     config = loaded.config.model_copy(deep=True)
-    model = resolve_model(config.model)
+    model = resolve_model(config.model, loaded.base_dir)
     gpu = resolve_gpu(config.gpu)
-    config.model = model.name
+    config.model = model.name if not model.name.endswith(".json") else str(Path(model.name).resolve())
     config.gpu = gpu.name
     backend = config.engine.backend
     if backend != "vllm":
         raise ServesimError(f"engine.backend {backend} is not supported yet; only vllm is simulated so far")
+    native = model.arch.native_dtype if model.arch.native_dtype in ("bf16", "fp8") else "bf16"
+    config.precision = config.precision or native
+    if config.kv_cache_dtype == "auto":
+        config.kv_cache_dtype = "fp8" if config.precision in ("fp8", "fp4") else "bf16"
+    deployment = None
     for role, role_cfg in config.engine.roles().items():
         where = f"engine.workers.{role}.scheduler"
         if role_cfg.count != 1:
             raise ServesimError(f"engine.workers.{role}.count: only a single worker is simulated so far")
+        if role_cfg.pp != 1:
+            raise ServesimError(f"engine.workers.{role}.pp: pipeline parallelism is not modelled yet; use pp: 1")
+        deployment = Deployment(model.arch, gpu, config.precision, config.kv_cache_dtype,
+                                tp=role_cfg.tp, attention_dp=role_cfg.attention_dp, ep=role_cfg.ep)
         ngram = role_cfg.speculative is not None and role_cfg.speculative.method == "ngram"
-        role_cfg.scheduler = _resolve_vllm(role_cfg.scheduler, where, gpu, model, ngram)
+        role_cfg.scheduler = _resolve_vllm(role_cfg.scheduler, where, gpu, model, ngram, deployment,
+                                           role_cfg.gpu_memory_utilization)
     trace_path = loaded.trace_path()
     if trace_path is not None:
         trace_path = trace_path.resolve()
@@ -97,4 +118,4 @@ def resolve(loaded: LoadedConfig) -> ResolvedRun:
             lengths_path = loaded.base_dir / lengths_path
         lengths_path = lengths_path.resolve()
         synthetic.lengths_from = str(lengths_path)
-    return ResolvedRun(config, model, gpu, trace_path, loaded.source, lengths_path)
+    return ResolvedRun(config, model, gpu, deployment, trace_path, loaded.source, lengths_path)

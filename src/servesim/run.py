@@ -129,7 +129,8 @@ def simulate(
         long_prefill_token_threshold=sched_cfg.long_prefill_token_threshold,
         async_scheduling=sched_cfg.async_scheduling,
     )
-    worker = Worker("aggregated-0", scheduler, build_timing_model(cfg.engine.timing),
+    timing = build_timing_model(cfg.engine.timing, run.deployment, cfg.engine.backend)
+    worker = Worker("aggregated-0", scheduler, timing,
                     sched_cfg.async_scheduling, sim, sim.on_pass_done)
     sim.workers.append(worker)
 
@@ -140,7 +141,7 @@ def simulate(
     sim.run(progress=(lambda t, done: progress(t, done, total)) if progress else None)
 
     records = collector.records
-    summary = summarize(records, collector.itl, cfg.slo)
+    summary = summarize(records, collector.itl, cfg.slo, cfg.workload.warmup_requests)
     wall_ms = (time.perf_counter() - wall_start) * 1e3
     summary.update({
         "passes": collector.num_passes,

@@ -44,9 +44,11 @@ def _hist_stats(name: str, hist: LogHistogram) -> dict[str, float | None]:
     return out
 
 
-def summarize(table: RequestTable, itl: LogHistogram, slo: SloConfig) -> dict:
+def summarize(table: RequestTable, itl: LogHistogram, slo: SloConfig, warmup: int = 0) -> dict:
     status = table.column("status")
     done = status != 2  # not rejected
+    if warmup:
+        done &= table.column("request_id") >= warmup
     arrival = table.column("arrival_ns")
     finish = table.column("finish_ns")
     first_token = table.column("first_token_ns")[done]

@@ -10,22 +10,32 @@ from __future__ import annotations
 import difflib
 import json
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, cached_property
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 from servesim.errors import ServesimError
+from servesim.models.architecture import Architecture
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class ModelSpec:
     name: str
     hf_ids: tuple[str, ...]
     config: dict[str, Any]
+    source: str = ""
+
+    @cached_property
+    def arch(self) -> Architecture:
+        try:
+            return Architecture.from_hf(self.name, self.config)
+        except (KeyError, TypeError, ValueError) as err:
+            raise ServesimError(f"model {self.name}: its config.json lacks a field servesim needs ({err})") from None
 
     @property
     def context_length(self) -> int:
-        return int(self.config["max_position_embeddings"])
+        return self.arch.context_length
 
 
 @cache
@@ -35,7 +45,7 @@ def _catalog() -> dict[str, ModelSpec]:
         if not entry.name.endswith(".json"):
             continue
         raw = json.loads(entry.read_text())
-        spec = ModelSpec(raw["name"], tuple(raw.get("hf_ids", ())), raw["config"])
+        spec = ModelSpec(raw["name"], tuple(raw.get("hf_ids", ())), raw["config"], raw.get("source", ""))
         specs[spec.name] = spec
     return specs
 
@@ -53,10 +63,30 @@ def list_models() -> list[ModelSpec]:
     return list(_catalog().values())
 
 
-def resolve_model(name: str) -> ModelSpec:
+def load_config_json(path: Path) -> ModelSpec:
+    """A model described by a Hugging Face config.json file."""
+    try:
+        config = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ServesimError(f"model config {path} does not exist") from None
+    except (OSError, json.JSONDecodeError) as err:
+        raise ServesimError(f"cannot read model config {path}: {err}") from None
+    if not isinstance(config, dict):
+        raise ServesimError(f"model config {path} is not a JSON object")
+    spec = ModelSpec(str(path), (), config, str(path))
+    spec.arch  # noqa: B018 - validate now, with a clear error
+    return spec
+
+
+def resolve_model(name: str, base_dir: Path | None = None) -> ModelSpec:
     spec = _aliases().get(name.lower())
     if spec is not None:
         return spec
+    if name.endswith(".json") or "/" in name and Path(name).suffix == ".json":
+        path = Path(name).expanduser()
+        if not path.is_absolute() and base_dir is not None:
+            path = base_dir / path
+        return load_config_json(path)
     close = difflib.get_close_matches(name.lower(), list(_aliases()), n=3, cutoff=0.5)
     hint = f"; did you mean {', '.join(close)}?" if close else f"; known models: {', '.join(_catalog())}"
     raise ServesimError(f"unknown model {name!r}{hint}")

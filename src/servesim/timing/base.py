@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from servesim.config import FixedTiming, PolynomialTiming, TimingConfig
+from servesim.config import AicTiming, FixedTiming, PolynomialTiming, RooflineTiming, TimingConfig
 
 
 @dataclass(slots=True)
@@ -100,9 +100,22 @@ class PolynomialTimingModel(TimingModel):
         return np.maximum(1, np.round(ns)).astype(np.int64)
 
 
-def build_timing_model(cfg: TimingConfig) -> TimingModel:
+def build_timing_model(cfg: TimingConfig, deployment=None, backend: str = "vllm") -> TimingModel:
     if isinstance(cfg, FixedTiming):
         return FixedTimingModel(cfg)
     if isinstance(cfg, PolynomialTiming):
         return PolynomialTimingModel(cfg)
+    if isinstance(cfg, RooflineTiming):
+        from servesim.timing.roofline import RooflineTimingModel, fitted_profile, profile_with_overrides
+
+        if cfg.profile is not None:
+            gpu_name, _, profile_backend = cfg.profile.partition("/")
+            profile, _ = fitted_profile(gpu_name, profile_backend or backend)
+        else:
+            profile, _ = fitted_profile(deployment.gpu.name, backend)
+        return RooflineTimingModel(deployment, profile_with_overrides(profile, cfg))
+    if isinstance(cfg, AicTiming):
+        from servesim.timing.aic import AicTimingModel
+
+        return AicTimingModel(cfg, deployment, backend)
     raise AssertionError(cfg)

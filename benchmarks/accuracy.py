@@ -1,0 +1,116 @@
+"""Accuracy against measured serving: python benchmarks/accuracy.py [--out predictions.csv] [--only MODEL].
+
+Replays every aggregated row of ../shared/calibration/silicon_calibration.csv whose model
+and GPU are catalogued (client recipe in calibration_rows.py and docs/accuracy.md), with
+the default roofline timing, and prints the median and 90th-percentile absolute
+percentage error of mean TTFT and mean TPOT per (model, GPU, backend) group and overall.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import statistics
+import sys
+import time
+from multiprocessing import Pool
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from calibration_rows import load_rows, row_config  # noqa: E402
+
+import servesim  # noqa: E402
+from servesim.errors import ServesimError  # noqa: E402
+
+DENSE = ("llama-3.1-8b", "llama-3.1-70b", "qwen3-32b")
+
+
+def predict(args):
+    index, row, requests_per_user = args
+    start = time.perf_counter()
+    try:
+        result = servesim.simulate(row_config(row, requests_per_user))
+    except ServesimError as err:
+        return index, None, None, str(err), time.perf_counter() - start
+    s = result.summary
+    return index, s["mean_ttft_ms"], s["mean_tpot_ms"], "", time.perf_counter() - start
+
+
+def ape(predicted: float, measured: float) -> float:
+    return abs(predicted - measured) / measured * 100
+
+
+def quantile(values: list[float], q: float) -> float:
+    values = sorted(values)
+    if not values:
+        return float("nan")
+    pos = q * (len(values) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(values) - 1)
+    return values[lo] + (values[hi] - values[lo]) * (pos - lo)
+
+
+def report(title: str, pairs: list[tuple[float, float, float, float]]) -> str:
+    ttft = [ape(p, m) for p, m, _, _ in pairs]
+    tpot = [ape(p, m) for _, _, p, m in pairs]
+    return (f"| {title} | {len(pairs)} | {quantile(ttft, .5):.1f} | {quantile(ttft, .9):.1f} | "
+            f"{quantile(tpot, .5):.1f} | {quantile(tpot, .9):.1f} |")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--out", type=Path, default=Path("accuracy_predictions.csv"))
+    parser.add_argument("--only", default="", help="substring of model / gpu / backend to keep")
+    parser.add_argument("--requests-per-user", type=int, default=10)
+    parser.add_argument("--workers", type=int, default=2)
+    args = parser.parse_args(argv)
+    rows, skipped = load_rows()
+    rows = [r for r in rows if args.only in r.group]
+    jobs = [(i, r, args.requests_per_user) for i, r in enumerate(rows)]
+    results = {}
+    with Pool(args.workers) as pool:
+        for index, ttft, tpot, error, wall in pool.imap_unordered(predict, jobs):
+            results[index] = (ttft, tpot, error, wall)
+    with open(args.out, "w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["id", "model", "gpu", "backend", "precision", "tp", "attention_dp", "ep", "concurrency",
+                         "isl", "osl", "silicon_ttft_ms", "predicted_ttft_ms", "silicon_tpot_ms",
+                         "predicted_tpot_ms", "error", "wall_s"])
+        for i, row in enumerate(rows):
+            ttft, tpot, error, wall = results[i]
+            writer.writerow([row.raw["id"], row.model, row.gpu, row.backend, row.precision, row.tp,
+                             row.attention_dp, row.ep, row.concurrency, row.isl, row.osl, row.ttft_ms, ttft,
+                             row.tpot_ms, tpot, error, f"{wall:.2f}"])
+    groups: dict[str, list] = {}
+    backends: dict[str, list] = {}
+    ok = [(r, results[i]) for i, r in enumerate(rows) if results[i][0] is not None]
+    for row, (ttft, tpot, _, _) in ok:
+        pair = (ttft, row.ttft_ms, tpot, row.tpot_ms)
+        groups.setdefault(row.group, []).append(pair)
+        backends.setdefault(row.backend, []).append(pair)
+    print("| group | rows | TTFT median APE % | TTFT p90 APE % | TPOT median APE % | TPOT p90 APE % |")
+    print("|---|---|---|---|---|---|")
+    for name in sorted(groups):
+        print(report(name, groups[name]))
+    for name in sorted(backends):
+        print(report(f"all {name} rows", backends[name]))
+    dense = [p for row, (ttft, tpot, _, _) in ok for p in [(ttft, row.ttft_ms, tpot, row.tpot_ms)]
+             if row.model in DENSE]
+    dense_vllm = [p for row, (ttft, tpot, _, _) in ok for p in [(ttft, row.ttft_ms, tpot, row.tpot_ms)]
+                  if row.model in DENSE and row.backend == "vllm"]
+    print(report("dense models (Llama-3.1-8B/70B, Qwen3-32B), all backends", dense))
+    print(report("dense models, vLLM rows", dense_vllm))
+    print(report("all catalogued aggregated rows", [(t, rt, p, rp) for (t, rt, p, rp) in
+                                                     [(res[0], r.ttft_ms, res[1], r.tpot_ms) for r, res in ok]]))
+    failed = [(r, results[i][2]) for i, r in enumerate(rows) if results[i][0] is None]
+    print(f"\n{len(ok)} rows predicted, {len(failed)} failed, {len(skipped)} rows skipped (model or GPU not "
+          f"catalogued); total simulator wall {sum(res[3] for res in results.values()):.0f} s; "
+          f"predictions in {args.out}")
+    for row, error in failed[:10]:
+        print(f"  failed {row.raw['id']}: {error}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

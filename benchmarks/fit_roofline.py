@@ -1,0 +1,228 @@
+"""Fit the roofline model's efficiencies and overheads per GPU and backend.
+
+    python benchmarks/fit_roofline.py [--only h100-sxm/vllm] [--evals 60] [--rows 18]
+
+Fits on ../shared/calibration/silicon_calibration.csv only (aggregated rows whose model
+and GPU are catalogued), writing src/servesim/timing/data/roofline_fit.json. For each
+(GPU, backend) it minimises the mean squared log error of mean TPOT plus half that of
+mean TTFT over a stratified sample of its rows (rows in deep overload, TTFT over 20 s,
+are left out: they measure queueing, not step time), with Nelder-Mead in log space
+over six parameters: GEMM, memory and attention efficiency, and the per-pass,
+per-layer and per-collective overheads.
+
+Each evaluation replays the rows through the simulator with 3 requests per user
+instead of 10 and extrapolates to 10: the first wave (request ids below the
+concurrency) is weighted 1/10 and the later ones 9/10, as in the full recipe.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from collections import defaultdict
+from multiprocessing import Pool
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from calibration_rows import Row, load_rows, row_config  # noqa: E402
+
+import servesim  # noqa: E402
+from servesim.errors import ServesimError  # noqa: E402
+from servesim.timing.roofline import RooflineProfile  # noqa: E402
+
+OUT = Path(__file__).resolve().parents[1] / "src" / "servesim" / "timing" / "data" / "roofline_fit.json"
+PARAMS = ("gemm_efficiency", "memory_efficiency", "attention_efficiency", "pass_overhead_ms",
+          "per_layer_overhead_us", "comm_latency_us")
+# Physical ranges: a fit may not buy accuracy with an impossible efficiency.
+BOUNDS = {"gemm_efficiency": (0.25, 0.95), "memory_efficiency": (0.5, 0.95), "attention_efficiency": (0.25, 0.9),
+          "pass_overhead_ms": (0.1, 15.0), "per_layer_overhead_us": (0.5, 60.0), "comm_latency_us": (2.0, 60.0)}
+WAVES = 3
+
+
+def extrapolated_means(row: Row, result) -> tuple[float, float]:
+    """Mean TTFT and TPOT of the 10-wave recipe, from a run of WAVES waves."""
+    table = result.requests
+    ids = table.column("request_id")
+    first_token = table.column("first_token_ns")
+    arrival = table.column("arrival_ns")
+    finish = table.column("finish_ns")
+    out_len = table.column("output_length")
+    ttft = (first_token - arrival) / 1e6
+    tpot = np.where(out_len > 1, (finish - first_token) / np.maximum(out_len - 1, 1) / 1e6, np.nan)
+    first = ids < row.concurrency
+    later = ~first
+    if row.warm_start:
+        return float(ttft[later].mean()), float(np.nanmean(tpot[later]))
+    ttft_mean = (ttft[first].sum() / 10 + ttft[later].mean() * row.concurrency * 9 / 10) / row.concurrency
+    tpot_first = np.nanmean(tpot[first])
+    tpot_later = np.nanmean(tpot[later])
+    return float(ttft_mean), float(tpot_first / 10 + tpot_later * 9 / 10)
+
+
+def evaluate(job):
+    row, overrides = job
+    config = row_config(row, requests_per_user=WAVES)
+    config["engine"]["timing"].update(overrides)
+    try:
+        result = servesim.simulate(config)
+    except ServesimError:
+        return None
+    return extrapolated_means(row, result)
+
+
+def loss(pairs: list[tuple[Row, tuple[float, float] | None]]) -> float:
+    total = 0.0
+    for row, predicted in pairs:
+        if predicted is None:
+            total += 4.0
+            continue
+        ttft, tpot = predicted
+        e_tpot = math.log(max(tpot, 1e-6) / row.tpot_ms)
+        e_ttft = math.log(max(ttft, 1e-6) / row.ttft_ms)
+        # Squared log errors, capped so one odd row cannot dominate.
+        total += min(e_tpot * e_tpot, 1.0) + 0.5 * min(e_ttft * e_ttft, 1.0)
+    return total / max(len(pairs), 1)
+
+
+def to_params(x: np.ndarray) -> dict:
+    out = {}
+    for name, value in zip(PARAMS, x):
+        lo, hi = BOUNDS[name]
+        out[name] = float(min(max(math.exp(value), lo), hi))
+    return out
+
+
+def out_of_bounds(x: np.ndarray) -> float:
+    """How far (in log units) a point lies outside the bounds: a penalty keeps the search inside."""
+    total = 0.0
+    for name, value in zip(PARAMS, x):
+        lo, hi = BOUNDS[name]
+        total += max(0.0, math.log(lo) - value) + max(0.0, value - math.log(hi))
+    return total
+
+
+def nelder_mead(f, x0: np.ndarray, evals: int, step: float = 0.35) -> tuple[np.ndarray, float]:
+    n = len(x0)
+    simplex = [x0] + [x0 + step * np.eye(n)[i] for i in range(n)]
+    values = [f(x) for x in simplex]
+    used = n + 1
+    while used < evals:
+        order = np.argsort(values)
+        simplex = [simplex[i] for i in order]
+        values = [values[i] for i in order]
+        centroid = np.mean(simplex[:-1], axis=0)
+        worst = simplex[-1]
+        reflected = centroid + (centroid - worst)
+        fr = f(reflected)
+        used += 1
+        if fr < values[0]:
+            expanded = centroid + 2 * (centroid - worst)
+            fe = f(expanded)
+            used += 1
+            simplex[-1], values[-1] = (expanded, fe) if fe < fr else (reflected, fr)
+        elif fr < values[-2]:
+            simplex[-1], values[-1] = reflected, fr
+        else:
+            contracted = centroid + 0.5 * (worst - centroid)
+            fc = f(contracted)
+            used += 1
+            if fc < values[-1]:
+                simplex[-1], values[-1] = contracted, fc
+            else:
+                best = simplex[0]
+                simplex = [best] + [best + 0.5 * (x - best) for x in simplex[1:]]
+                values = [values[0]] + [f(x) for x in simplex[1:]]
+                used += n
+    best = int(np.argmin(values))
+    return simplex[best], values[best]
+
+
+def sample(rows: list[Row], limit: int) -> list[Row]:
+    """A spread of rows: sorted by (tp, concurrency, isl, osl), every k-th."""
+    usable = [r for r in rows if r.ttft_ms < 20_000]
+    usable.sort(key=lambda r: (r.tp * r.attention_dp, r.concurrency, r.isl, r.osl, r.model))
+    if len(usable) <= limit:
+        return usable
+    step = len(usable) / limit
+    return [usable[int(i * step)] for i in range(limit)]
+
+
+def fit_group(name: str, rows: list[Row], pool: Pool, evals: int) -> tuple[dict, float, float]:
+    default = RooflineProfile()
+    x0 = np.log([getattr(default, p) for p in PARAMS])
+    cache: dict[tuple, float] = {}
+
+    def objective(x: np.ndarray) -> float:
+        penalty = out_of_bounds(x)
+        if penalty:
+            return 10.0 + penalty
+        params = to_params(x)
+        key = tuple(round(v, 6) for v in params.values())
+        if key not in cache:
+            predictions = pool.map(evaluate, [(row, params) for row in rows])
+            cache[key] = loss(list(zip(rows, predictions)))
+        return cache[key]
+
+    start_loss = objective(x0)
+    best, best_loss = nelder_mead(objective, x0, evals)
+    return to_params(best), start_loss, best_loss
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--only", default="", help="fit only this gpu/backend")
+    parser.add_argument("--evals", type=int, default=60)
+    parser.add_argument("--rows", type=int, default=18)
+    parser.add_argument("--workers", type=int, default=2)
+    args = parser.parse_args(argv)
+    rows, _ = load_rows()
+    by_group: dict[str, list[Row]] = defaultdict(list)
+    for row in rows:
+        by_group[f"{row.gpu}/{row.backend}"].append(row)
+    existing = json.loads(OUT.read_text()) if OUT.exists() else {}
+    profiles = existing.get("profiles", {})
+    report = existing.get("fit", {})
+    with Pool(args.workers) as pool:
+        for name in sorted(by_group):
+            if args.only and name != args.only:
+                continue
+            chosen = sample(by_group[name], args.rows)
+            t0 = time.perf_counter()
+            params, before, after = fit_group(name, chosen, pool, args.evals)
+            profiles[name] = params
+            report[name] = {"rows": len(chosen), "loss_default": round(before, 4), "loss_fitted": round(after, 4),
+                            "seconds": round(time.perf_counter() - t0)}
+            print(f"{name}: {len(chosen)} rows, loss {before:.3f} -> {after:.3f} "
+                  f"({time.perf_counter() - t0:.0f} s) {params}", flush=True)
+            _write(profiles, report)
+    # Fallbacks for a GPU or backend without rows of its own: the geometric mean over groups.
+    for backend in ("vllm", "sglang", "trtllm", "*"):
+        names = [n for n in profiles if "*" not in n and (backend == "*" or n.endswith("/" + backend))]
+        if names:
+            profiles[f"*/{backend}"] = {
+                p: float(math.exp(np.mean([math.log(profiles[n][p]) for n in names]))) for p in PARAMS
+            }
+    _write(profiles, report)
+    return 0
+
+
+def _write(profiles: dict, report: dict) -> None:
+    OUT.parent.mkdir(parents=True, exist_ok=True)
+    data = {
+        "about": "Roofline efficiencies and overheads per GPU/backend, fitted by benchmarks/fit_roofline.py on "
+                 "../shared/calibration/silicon_calibration.csv (a 30% sample of aiconfigurator-core 0.12.0's "
+                 "silicon_sample.csv, Apache-2.0). Keys '*/<backend>' and '*/*' are geometric means used as fallbacks.",
+        "profiles": dict(sorted(profiles.items())),
+        "fit": dict(sorted(report.items())),
+    }
+    OUT.write_text(json.dumps(data, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,145 @@
+"""A model placed on GPUs: bytes per GPU, KV cache per token, and how many KV blocks fit.
+
+One worker spans tp × attention_dp GPUs (pp is 1). Attention and dense weights
+are sharded tp ways and replicated on each attention-DP rank; routed experts are
+spread over all the worker's GPUs (ep ranks, each expert sharded over the
+remaining tp × attention_dp / ep). Each attention-DP rank keeps its own KV cache.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from servesim.errors import ServesimError
+from servesim.hardware.gpus import GpuSpec
+from servesim.models.architecture import Architecture
+
+GIB = 1024**3
+# Bytes per weight element; block-scaled formats carry one 8-bit scale per 16 (NVFP4)
+# or 32 (MXFP4, int4 groups) elements.
+WEIGHT_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "fp4": 0.5 + 1 / 16, "mxfp4": 0.5 + 1 / 32,
+                "int4": 0.5 + 1 / 32}
+GEMM_DTYPE = {"bf16": "bf16", "fp16": "bf16", "fp8": "fp8", "fp4": "fp4", "mxfp4": "fp4", "int4": "bf16"}
+KV_BYTES = {"bf16": 2.0, "fp8": 1.0}
+# Memory vLLM's profiling run sets aside besides weights and KV cache: CUDA graphs,
+# NCCL and cuBLAS workspaces, allocator fragmentation (not counting activations).
+RUNTIME_RESERVE_GIB = 1.75
+
+
+@dataclass(frozen=True)
+class Deployment:
+    arch: Architecture
+    gpu: GpuSpec
+    precision: str            # weights and GEMMs: bf16 | fp8 | fp4 | int4
+    kv_dtype: str             # bf16 | fp8
+    tp: int = 1
+    attention_dp: int = 1
+    ep: int = 1
+
+    def __post_init__(self) -> None:
+        if (self.tp * self.attention_dp) % self.ep:
+            raise ServesimError(
+                f"ep {self.ep} must divide tp × attention_dp = {self.tp * self.attention_dp} "
+                "(expert parallelism spreads experts over the worker's own GPUs)"
+            )
+
+    # ------------------------------------------------------------------ shapes
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.attention_dp
+
+    @property
+    def moe_tp(self) -> int:
+        return self.gpus // self.ep
+
+    @property
+    def expert_precision(self) -> str:
+        # A checkpoint shipped with quantized experts (gpt-oss: MXFP4) keeps them unless asked otherwise.
+        if self.arch.quantized_experts and self.precision == self.arch.native_dtype:
+            return self.arch.quantized_experts
+        return self.precision
+
+    @property
+    def weight_bytes(self) -> float:
+        return WEIGHT_BYTES[self.precision]
+
+    @property
+    def expert_weight_bytes(self) -> float:
+        return WEIGHT_BYTES[self.expert_precision]
+
+    @property
+    def gemm_dtype(self) -> str:
+        return GEMM_DTYPE[self.precision]
+
+    @property
+    def expert_gemm_dtype(self) -> str:
+        return GEMM_DTYPE[self.expert_precision]
+
+    @property
+    def kv_bytes(self) -> float:
+        return KV_BYTES[self.kv_dtype]
+
+    @property
+    def kv_heads_per_gpu(self) -> int:
+        """KV heads each TP rank stores (heads are replicated when tp exceeds them)."""
+        return max(1, -(-self.arch.kv_heads // self.tp))
+
+    def kv_elements_per_token_layer_per_gpu(self) -> int:
+        if self.arch.mla:
+            return self.arch.kv_elements_per_token_layer()   # the latent is not split across heads
+        return 2 * self.kv_heads_per_gpu * self.arch.head_dim
+
+    def kv_bytes_per_token_per_gpu(self) -> float:
+        return self.arch.attention_layers * self.kv_elements_per_token_layer_per_gpu() * self.kv_bytes
+
+    # ------------------------------------------------------------------ weights
+
+    def dense_weight_params_per_gpu(self) -> float:
+        """Attention, dense MLP and shared-expert weights one GPU holds (tp-sharded)."""
+        arch = self.arch
+        attention = (arch.attention_layers * arch.attention_params()
+                     + arch.linear_layers * arch.linear_attention_params())
+        dense = arch.dense_layers * arch.dense_mlp_params()
+        shared = arch.moe_layers * (arch.shared_expert_params() + arch.hidden * arch.experts)
+        return (attention + dense + shared) / self.tp
+
+    def expert_params_per_gpu(self) -> float:
+        arch = self.arch
+        return arch.moe_layers * arch.experts * arch.expert_params() / self.gpus
+
+    def embedding_params_per_gpu(self) -> float:
+        arch = self.arch
+        head = 0 if arch.tied_embeddings else arch.lm_head_params()
+        return (arch.embedding_params() + head) / self.tp
+
+    def weight_bytes_per_gpu(self) -> float:
+        return ((self.dense_weight_params_per_gpu() + self.embedding_params_per_gpu()) * self.weight_bytes
+                + self.expert_params_per_gpu() * self.expert_weight_bytes)
+
+    # ------------------------------------------------------------------ KV capacity
+
+    def activation_bytes(self, max_num_batched_tokens: int, max_num_seqs: int) -> float:
+        """Peak activations of vLLM's profiling run: one pass of the full token budget."""
+        arch = self.arch
+        width = max(arch.dense_intermediate, arch.moe_intermediate * max(arch.experts_per_token, 1))
+        per_token = (2 * width / self.tp + 4 * arch.hidden) * 2
+        logits = max_num_seqs * arch.vocab / self.tp * 4
+        return max_num_batched_tokens * per_token + logits
+
+    def num_gpu_blocks(self, block_size: int, utilization: float, max_num_batched_tokens: int,
+                       max_num_seqs: int) -> int:
+        """KV blocks one attention-DP rank gets, as vLLM's memory profiling would find (null block included)."""
+        budget = (self.gpu.memory_gib * GIB * utilization - self.weight_bytes_per_gpu()
+                  - RUNTIME_RESERVE_GIB * GIB - self.activation_bytes(max_num_batched_tokens, max_num_seqs))
+        per_block = block_size * self.kv_bytes_per_token_per_gpu()
+        if budget < per_block:
+            need = self.weight_bytes_per_gpu() + RUNTIME_RESERVE_GIB * GIB
+            have = self.gpu.memory_gib * GIB * utilization
+            raise ServesimError(
+                f"{self.arch.name} in {self.precision} does not fit on {self.gpu.name} at tp={self.tp}: "
+                f"its weights and runtime need {need / GIB:.1f} GiB per GPU but "
+                f"gpu_memory_utilization leaves {have / GIB:.1f} GiB "
+                f"({(need + per_block - have) / GIB:.1f} GiB short); raise tp or use a smaller precision"
+            )
+        return int(budget // per_block)
