@@ -194,7 +194,43 @@ class RoleConfig(StrictModel):
 
 
 class WorkersConfig(StrictModel):
-    aggregated: RoleConfig = Field(default_factory=RoleConfig)
+    """Either `aggregated` workers, or `prefill` and `decode` pools joined by KV transfers."""
+
+    aggregated: RoleConfig | None = None
+    prefill: RoleConfig | None = None
+    decode: RoleConfig | None = None
+
+    @model_validator(mode="after")
+    def _shape(self) -> WorkersConfig:
+        split = (self.prefill is not None, self.decode is not None)
+        if split == (False, False):
+            if self.aggregated is None:
+                self.aggregated = RoleConfig()
+        elif split != (True, True):
+            raise ValueError("prefill/decode disaggregation needs both engine.workers.prefill and "
+                             "engine.workers.decode")
+        elif self.aggregated is not None:
+            raise ValueError("give engine.workers.aggregated, or prefill and decode, not both")
+        return self
+
+
+class KvTransferConfig(StrictModel):
+    """How a prefill worker's KV cache reaches a decode worker (disaggregated serving)."""
+
+    # null: the GPU catalogue's scale-out network bandwidth per GPU (the NIC), in GB/s (bytes).
+    bandwidth_gb_s: PositiveFloat | None = None
+    latency_ms: NonNegativeFloat = 0.0
+    # When the client sees the first token: as the prefill worker produces it (vLLM's and
+    # SGLang's serving paths, see docs/modeling/disaggregation.md), or only once the decode
+    # worker has it after the transfer.
+    first_token_from: Literal["prefill", "decode"] = "prefill"
+
+
+class RouterConfig(StrictModel):
+    policy: Literal["round_robin", "random", "least_outstanding", "kv_aware"] = "round_robin"
+    # kv_aware cost per worker: overlap_weight × prefill blocks to compute + decode blocks in use.
+    overlap_weight: NonNegativeFloat = 1.0
+    seed: NonNegativeInt | None = None   # null: derived from the root seed
 
 
 class EngineConfig(StrictModel):
@@ -202,11 +238,19 @@ class EngineConfig(StrictModel):
     tokenization_ms: NonNegativeFloat = 0.0
     timing: TimingConfig = Field(default_factory=lambda: PolynomialTiming(kind="polynomial"))
     workers: WorkersConfig = Field(default_factory=WorkersConfig)
+    kv_transfer: KvTransferConfig = Field(default_factory=KvTransferConfig)
     # Debugging aid: run the straightforward per-request scheduler instead of the fast one.
     reference: bool = False
 
     def roles(self) -> dict[str, RoleConfig]:
-        return {"aggregated": self.workers.aggregated}
+        workers = self.workers
+        if workers.aggregated is not None:
+            return {"aggregated": workers.aggregated}
+        return {"prefill": workers.prefill, "decode": workers.decode}
+
+    @property
+    def disaggregated(self) -> bool:
+        return self.workers.aggregated is None
 
 
 # --------------------------------------------------------------------------- workload
@@ -296,6 +340,7 @@ class SimulationConfig(StrictModel):
     kv_cache_dtype: Literal["auto", "bf16", "fp8"] = "auto"
     seed: NonNegativeInt = 0
     engine: EngineConfig = Field(default_factory=EngineConfig)
+    router: RouterConfig = Field(default_factory=RouterConfig)
     workload: WorkloadConfig
     slo: SloConfig = Field(default_factory=SloConfig)
 

@@ -19,7 +19,7 @@ class ResolvedRun:
     config: SimulationConfig     # every engine default filled in
     model: ModelSpec
     gpu: GpuSpec
-    deployment: Deployment
+    deployments: dict[str, Deployment]   # per role
     trace_path: Path | None
     source: str
     lengths_path: Path | None = None   # workload.synthetic.lengths_from, resolved
@@ -94,15 +94,14 @@ def resolve(loaded: LoadedConfig) -> ResolvedRun:
     config.precision = config.precision or native
     if config.kv_cache_dtype == "auto":
         config.kv_cache_dtype = "fp8" if config.precision in ("fp8", "fp4") else "bf16"
-    deployment = None
+    deployments = {}
     for role, role_cfg in config.engine.roles().items():
         where = f"engine.workers.{role}.scheduler"
-        if role_cfg.count != 1:
-            raise ServesimError(f"engine.workers.{role}.count: only a single worker is simulated so far")
         if role_cfg.pp != 1:
             raise ServesimError(f"engine.workers.{role}.pp: pipeline parallelism is not modelled yet; use pp: 1")
-        deployment = Deployment(model.arch, gpu, config.precision, config.kv_cache_dtype,
-                                tp=role_cfg.tp, attention_dp=role_cfg.attention_dp, ep=role_cfg.ep)
+        deployment = deployments[role] = Deployment(model.arch, gpu, config.precision, config.kv_cache_dtype,
+                                                    tp=role_cfg.tp, attention_dp=role_cfg.attention_dp,
+                                                    ep=role_cfg.ep)
         ngram = role_cfg.speculative is not None and role_cfg.speculative.method == "ngram"
         role_cfg.scheduler = _resolve_vllm(role_cfg.scheduler, where, gpu, model, ngram, deployment,
                                            role_cfg.gpu_memory_utilization)
@@ -118,4 +117,4 @@ def resolve(loaded: LoadedConfig) -> ResolvedRun:
             lengths_path = loaded.base_dir / lengths_path
         lengths_path = lengths_path.resolve()
         synthetic.lengths_from = str(lengths_path)
-    return ResolvedRun(config, model, gpu, deployment, trace_path, loaded.source, lengths_path)
+    return ResolvedRun(config, model, gpu, deployments, trace_path, loaded.source, lengths_path)

@@ -11,21 +11,16 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from servesim import __version__
+from servesim.cluster.fleet import RequestFactory, build_roles
+from servesim.cluster.router import Router
 from servesim.cluster.simulation import Simulation
 from servesim.config import SimulationConfig, config_hash, load_config
-from servesim.engine.fast_vllm import FastVllmScheduler
-from servesim.engine.kv_cache import KvCache
-from servesim.engine.reference_kv_cache import ReferenceKvCache
-from servesim.engine.request import Request
-from servesim.engine.vllm_scheduler import VllmScheduler
-from servesim.engine.worker import Worker
 from servesim.metrics.collector import Collector
 from servesim.metrics.records import RequestTable
 from servesim.metrics.summary import summarize
 from servesim.resolve import ResolvedRun, resolve
-from servesim.timing import build_timing_model
 from servesim.workload.clients import make_client
-from servesim.workload.prompt import BlockKeys, PrefixInterner
+from servesim.workload.prompt import PrefixInterner
 from servesim.workload.synthetic import generate
 from servesim.workload.trace import TraceRequest, file_sha256, load_trace
 
@@ -83,56 +78,25 @@ def simulate(
     requests, trace_info = _load_requests(run)
     client = make_client(cfg.workload.client, requests, cfg.seed)
 
-    role = cfg.engine.workers.aggregated
-    sched_cfg = role.scheduler
     notes = []
-    if role.speculative is not None:
+    if any(role.speculative is not None for role in cfg.engine.roles().values()):
         notes.append("speculative decoding is parsed but not simulated yet: decoding one token per pass")
     for note in notes:
         warnings.warn(note, stacklevel=2)
-    interner = PrefixInterner()
-    trace_block_size = cfg.workload.trace_block_size
-
-    def make_request(trace_request: TraceRequest, arrival_ns: int, engine_arrival_ns: int) -> Request:
-        keys = None
-        if sched_cfg.enable_prefix_caching:
-            keys = BlockKeys(trace_request.request_id, trace_request.input_length, trace_request.hash_ids,
-                             sched_cfg.block_size, trace_block_size, interner)
-        max_tokens = min(trace_request.output_length, max(sched_cfg.max_model_len - trace_request.input_length, 0))
-        return Request(trace_request.request_id, arrival_ns, engine_arrival_ns, trace_request.input_length,
-                       max_tokens, trace_request.output_length, keys)
 
     collector = Collector(pass_log)
-    sim = Simulation(
-        client=client,
-        tokenization_ns=round(cfg.engine.tokenization_ms * 1e6),
-        max_model_len=sched_cfg.max_model_len,
-        make_request=make_request,
-        collector=collector,
-    )
+    sim = Simulation(client, round(cfg.engine.tokenization_ms * 1e6), collector)
     # The pass log lists every request of every pass, which the fast engine does not visit.
     use_reference = cfg.engine.reference or pass_log is not None
-    kv = (ReferenceKvCache if use_reference else KvCache)(
-        num_gpu_blocks=sched_cfg.num_gpu_blocks,
-        block_size=sched_cfg.block_size,
-        enable_caching=sched_cfg.enable_prefix_caching,
-        max_model_len=sched_cfg.max_model_len,
-        watermark_blocks=int(sched_cfg.watermark * sched_cfg.num_gpu_blocks),
-    )
-    scheduler_class = VllmScheduler if use_reference else FastVllmScheduler
-    scheduler = scheduler_class(
-        kv,
-        max_num_seqs=sched_cfg.max_num_seqs,
-        max_num_batched_tokens=sched_cfg.max_num_batched_tokens,
-        max_model_len=sched_cfg.max_model_len,
-        enable_chunked_prefill=sched_cfg.enable_chunked_prefill,
-        long_prefill_token_threshold=sched_cfg.long_prefill_token_threshold,
-        async_scheduling=sched_cfg.async_scheduling,
-    )
-    timing = build_timing_model(cfg.engine.timing, run.deployment, cfg.engine.backend)
-    worker = Worker("aggregated-0", scheduler, timing,
-                    sched_cfg.async_scheduling, sim, sim.on_pass_done)
-    sim.workers.append(worker)
+    sim.roles = build_roles(cfg, run.deployments, sim, sim.on_pass_done, use_reference)
+    interner = PrefixInterner()
+    for name, role in sim.roles.items():
+        sim.factories[name] = RequestFactory(role.scheduler_cfg, cfg.workload.trace_block_size, interner)
+        sim.routers[name] = Router(cfg.router, role.workers, cfg.seed, purpose=f"router:{name}")
+    if cfg.engine.disaggregated:
+        from servesim.cluster.disaggregation import Disaggregation
+
+        sim.disaggregation = Disaggregation(sim, cfg.engine.kv_transfer, run.deployments)
 
     if isinstance(requests, list):
         total = len(requests)
@@ -143,16 +107,21 @@ def simulate(
     records = collector.records
     summary = summarize(records, collector.itl, cfg.slo, cfg.workload.warmup_requests)
     wall_ms = (time.perf_counter() - wall_start) * 1e3
+    gpus = sum(role.gpus for role in sim.roles.values())
     summary.update({
         "passes": collector.num_passes,
         "preemptions": collector.num_preemptions,
         "peak_batch_requests": collector.peak_running,
-        "num_gpu_blocks": sched_cfg.num_gpu_blocks,
-        "busy_fraction": worker.busy_ns / sim.now if sim.now else None,
+        "num_gpu_blocks": {name: role.scheduler_cfg.num_gpu_blocks for name, role in sim.roles.items()},
+        "gpus": gpus,
+        "gpu_hours": gpus * summary["duration_ms"] / 3.6e6,
+        "busy_fraction": (sum(w.busy_ns for r in sim.roles.values() for w in r.workers)
+                          / (sim.now * sum(len(r.workers) for r in sim.roles.values()))) if sim.now else None,
         "simulated_ms": sim.now / 1e6,
         "wall_time_ms": wall_ms,
         "servesim_version": __version__,
         "config_hash": config_hash(cfg),
         **trace_info,
+        "workers": collector.worker_summaries(sim.now),
     })
     return Result(summary=summary, requests=records, config=cfg, warnings=notes)

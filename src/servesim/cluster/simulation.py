@@ -1,4 +1,4 @@
-"""The discrete-event loop: client → frontend → worker passes → records.
+"""The discrete-event loop: client → frontend and router → worker passes → records.
 
 Events are kept in a heap ordered by (time, kind, sequence number). At one
 instant the kinds run in this order, and events of one kind in the order they
@@ -6,7 +6,8 @@ were created:
 
 1. pass ends: outputs are processed, finished requests are recorded, and a
    closed-loop client sends its next request (stamped at this instant);
-2. frontend arrivals: tokenization, then routing to a worker (or rejection);
+2. frontend arrivals: tokenization, then routing to a worker (or rejection),
+   and KV transfers completing (disaggregated serving);
 3. engine arrivals: the request enters the worker's intake;
 4. scheduler calls: a worker reads its intake and commits passes.
 
@@ -21,6 +22,8 @@ import heapq
 import time
 from collections.abc import Callable, Iterator
 
+from servesim.cluster.fleet import RequestFactory, Role
+from servesim.cluster.router import Router
 from servesim.engine.passes import ScheduledPass
 from servesim.engine.request import Request, Status
 from servesim.engine.worker import Worker
@@ -34,22 +37,16 @@ ProgressFn = Callable[[int, int], None]  # (simulated ns, requests done)
 
 
 class Simulation:
-    def __init__(
-        self,
-        client: Client,
-        tokenization_ns: int,
-        max_model_len: int,
-        make_request: Callable[[TraceRequest, int, int], Request],
-        collector: Collector,
-    ) -> None:
+    def __init__(self, client: Client, tokenization_ns: int, collector: Collector) -> None:
         self._heap: list = []
         self._seq = 0
         self.client = client
         self.tokenization_ns = tokenization_ns
-        self.max_model_len = max_model_len
-        self.make_request = make_request
         self.collector = collector
-        self.workers: list[Worker] = []
+        self.roles: dict[str, Role] = {}
+        self.routers: dict[str, Router] = {}
+        self.factories: dict[str, RequestFactory] = {}
+        self.disaggregation = None   # cluster/disaggregation.py, when prefill and decode pools are split
         self.now = 0
         self.requests_done = 0
         self._feed: Iterator[tuple[int, TraceRequest]] | None = None
@@ -69,7 +66,10 @@ class Simulation:
     def push_scheduler_call(self, t: int, worker: Worker) -> None:
         self.push(t, SCHEDULER_CALL, worker.on_scheduler_call, None)
 
-    # ------------------------------------------------------------------ handlers
+    def push_engine_arrival(self, t: int, worker: Worker, request: Request) -> None:
+        self.push(t, ENGINE_ARRIVAL, worker.on_engine_arrival, request)
+
+    # ------------------------------------------------------------------ frontend
 
     def _on_feed_arrival(self, now: int, trace_request: TraceRequest) -> None:
         self._push_next_feed()
@@ -82,23 +82,46 @@ class Simulation:
 
     def _on_frontend_arrival(self, now: int, trace_request: TraceRequest) -> None:
         engine_arrival = now + self.tokenization_ns
-        worker = self.workers[0]
-        request = self.make_request(trace_request, now, engine_arrival)
-        if trace_request.input_length >= self.max_model_len:
-            # vLLM's frontend refuses a prompt that leaves no room for one output token.
-            request.status = Status.REJECTED
-            request.worker = worker.name
-            request.finish_ns = engine_arrival
-            self._complete(request, engine_arrival)
+        if self.disaggregation is not None:
+            self.disaggregation.on_arrival(now, engine_arrival, trace_request)
             return
-        self.push(engine_arrival, ENGINE_ARRIVAL, worker.on_engine_arrival, request)
+        self.route(now, engine_arrival, trace_request, "aggregated")
+
+    def route(self, now: int, engine_arrival: int, trace_request: TraceRequest, role_name: str,
+              max_output: int | None = None) -> Request:
+        """Pick a worker of `role_name` for the request and send it there (or reject it)."""
+        role = self.roles[role_name]
+        factory = self.factories[role_name]
+        router = self.routers[role_name]
+        keys = factory.keys(trace_request) if factory.sched.enable_prefix_caching else None
+        index = router.choose(trace_request.input_length, trace_request.output_length, lambda worker: keys)
+        worker = role.workers[index]
+        request = factory.make(trace_request, now, engine_arrival, max_output, keys)
+        request.worker = worker.name
+        if factory.rejects(trace_request):
+            request.status = Status.REJECTED
+            request.finish_ns = engine_arrival
+            self.complete(request, engine_arrival)
+            return request
+        tokens = trace_request.input_length + request.max_tokens
+        router.sent(index, tokens)
+        request.route = (router, index, tokens)
+        self.push_engine_arrival(engine_arrival, worker, request)
+        return request
+
+    # ------------------------------------------------------------------ outputs
 
     def on_pass_done(self, worker: Worker, done: ScheduledPass) -> None:
         self.collector.on_pass(worker, done)
         for request in done.finished:
-            self._complete(request, done.end_ns)
+            if request.route is not None:
+                router, index, tokens = request.route
+                router.returned(index, tokens)
+            if self.disaggregation is not None and self.disaggregation.on_finished(worker, request, done.end_ns):
+                continue
+            self.complete(request, done.end_ns)
 
-    def _complete(self, request: Request, now: int) -> None:
+    def complete(self, request: Request, now: int) -> None:
         self.requests_done += 1
         self.collector.on_request_done(request)
         follow = self.client.on_complete(now)

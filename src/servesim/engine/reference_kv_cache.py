@@ -85,6 +85,18 @@ class ReferenceKvCache:
             hits.append(entry if isinstance(entry, int) else entry[0])
         return hits
 
+    def cached_prefix_blocks(self, keys) -> int:
+        """How many leading blocks of a prompt (its shareable keys) this cache holds: a router's view."""
+        if not self.enable_caching or keys is None or not keys.shared_blocks:
+            return 0
+        cache = self.cache
+        count = 0
+        for key in keys.shared_keys(0, keys.shared_blocks):
+            if key not in cache:
+                break
+            count += 1
+        return count
+
     # ------------------------------------------------------------------ allocation
 
     def admit(self, request: Request, hits: list[int], num_new_tokens: int, has_running: bool) -> bool:

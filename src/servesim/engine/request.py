@@ -33,7 +33,9 @@ class Request:
         "group_first", "group_final", "group_computed", "group_offset",
         # measurements
         "first_scheduled_ns", "first_token_ns", "last_token_ns", "finish_ns", "cached_tokens",
-        "worker",
+        "worker", "route",
+        # prefill/decode disaggregation (cluster/disaggregation.py)
+        "handoff", "prefill_worker", "transfer_start_ns", "transfer_end_ns", "transfer_bytes",
     )
 
     def __init__(
@@ -75,6 +77,12 @@ class Request:
         self.finish_ns: int | None = None
         self.cached_tokens: int | None = None   # prefix-cache hit at first admission
         self.worker = ""
+        self.route = None        # (router, worker index, tokens) to report back at completion
+        self.handoff = None      # the decode-side twin of a prefill-side request, and back
+        self.prefill_worker = ""
+        self.transfer_start_ns: int | None = None
+        self.transfer_end_ns: int | None = None
+        self.transfer_bytes = 0
 
     @property
     def num_tokens(self) -> int:

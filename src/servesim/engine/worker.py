@@ -47,6 +47,8 @@ class Worker:
         on_pass_done: PassListener,
     ) -> None:
         self.name = name
+        self.role = name.rsplit("-", 1)[0]
+        self.index = 0
         self.scheduler = scheduler
         self.timing = timing
         self.async_scheduling = async_scheduling

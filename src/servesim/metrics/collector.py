@@ -25,6 +25,7 @@ class Collector:
         self.num_passes = 0
         self.num_preemptions = 0
         self.peak_running = 0
+        self.workers: dict[str, WorkerStats] = {}
 
     def on_pass(self, worker, done: ScheduledPass) -> None:
         end = done.end_ns
@@ -49,11 +50,20 @@ class Collector:
                         itl.add(value, count * members)
         for request in done.finished:
             request.finish_ns = end
-        self.num_passes += done.group_steps
+        steps = done.group_steps
+        self.num_passes += steps
         self.num_preemptions += len(done.preempted)
         batch = len(done.entries) + done.group_size
         if batch > self.peak_running:
             self.peak_running = batch
+        stats = self.workers.get(worker.name)
+        if stats is None:
+            stats = self.workers[worker.name] = WorkerStats(worker)
+        stats.passes += steps
+        stats.requests += batch * steps
+        stats.tokens += done.num_tokens
+        stats.preemptions += len(done.preempted)
+        stats.sample(end, worker.scheduler.kv.num_used)
         if self.pass_log is not None:
             self.pass_log.write(json.dumps(self.pass_record(worker.name, done)) + "\n")
 
@@ -74,3 +84,71 @@ class Collector:
 
     def on_request_done(self, request: Request) -> None:
         self.records.append(request)
+
+    def worker_summaries(self, sim_ns: int) -> list[dict]:
+        """Per-worker figures for summary.json and workers.csv, in fleet order."""
+        table = self.records
+        names = table.workers
+        worker_col = table.column("worker")
+        cached = table.column("cached_tokens")
+        prompt = table.column("input_length")
+        status = table.column("status")
+        out = []
+        for stats in self.workers.values():
+            mine = (worker_col == names.index(stats.name)) & (status != 2) if stats.name in names else None
+            prompt_tokens = int(prompt[mine].sum()) if mine is not None else 0
+            out.append(stats.summary(sim_ns, int(cached[mine].sum()) if mine is not None else 0, prompt_tokens))
+        return out
+
+
+TIMELINE_POINTS = 256
+
+
+class WorkerStats:
+    """What one worker did: passes, batch sizes, tokens, preemptions, and a KV-usage timeline."""
+
+    def __init__(self, worker) -> None:
+        self.name = worker.name
+        self.role = worker.role
+        self.worker = worker
+        self.passes = 0
+        self.requests = 0      # Σ over passes of the requests in the pass
+        self.tokens = 0
+        self.preemptions = 0
+        self.kv_weighted = 0   # Σ of used blocks × time since the last sample
+        self.kv_max = 0
+        self.last_ns = 0
+        self.timeline: list[tuple[int, int]] = []
+        self._stride = 1
+        self._skipped = 0
+
+    def sample(self, now: int, used_blocks: int) -> None:
+        self.kv_weighted += used_blocks * (now - self.last_ns)
+        self.last_ns = now
+        if used_blocks > self.kv_max:
+            self.kv_max = used_blocks
+        self._skipped += 1
+        if self._skipped < self._stride:
+            return
+        self._skipped = 0
+        self.timeline.append((now, used_blocks))
+        if len(self.timeline) >= 2 * TIMELINE_POINTS:
+            # Keep every other point: the timeline stays compact however long the run.
+            self.timeline = self.timeline[::2]
+            self._stride *= 2
+
+    def summary(self, sim_ns: int, cached_tokens: int, prompt_tokens: int) -> dict:
+        usable = self.worker.scheduler.kv.num_usable
+        return {
+            "worker": self.name,
+            "role": self.role,
+            "passes": self.passes,
+            "busy_fraction": self.worker.busy_ns / sim_ns if sim_ns else None,
+            "mean_batch_requests": self.requests / self.passes if self.passes else None,
+            "mean_tokens_per_pass": self.tokens / self.passes if self.passes else None,
+            "preemptions": self.preemptions,
+            "prefix_cache_hit_rate": cached_tokens / prompt_tokens if prompt_tokens else None,
+            "kv_utilization_mean": self.kv_weighted / (sim_ns * usable) if sim_ns and usable else None,
+            "kv_utilization_max": self.kv_max / usable if usable else None,
+            "kv_timeline": [[round(t / 1e6, 3), round(used / usable, 5)] for t, used in self.timeline],
+        }

@@ -70,9 +70,9 @@ def print_summary(summary: dict, config: SimulationConfig) -> None:
     from rich.console import Console
     from rich.markup import escape
 
-    role = config.engine.workers.aggregated
+    fleet = " + ".join(f"{role.count}x {name} (tp={role.tp})" for name, role in config.engine.roles().items())
     console = Console(highlight=False)
-    console.print(f"{config.model} on {role.count}x {config.gpu} (tp={role.tp}), {config.engine.backend}, "
+    console.print(f"{config.model} on {config.gpu}: {fleet}, {config.engine.backend}, "
                   f"{config.engine.timing.kind} timing", style="dim")
     for line in format_summary(summary, config):
         style = "bold cyan" if line.startswith(("=", "-")) else None
