@@ -48,7 +48,9 @@ def test_out_files(tmp_path, small):
     passes = tmp_path / "passes.jsonl"
     proc = servesim("run", small, "--out", out, "--passes", passes, "--seed", 3)
     assert proc.returncode == 0, proc.stderr
-    assert sorted(p.name for p in out.iterdir()) == ["config.resolved.yaml", "requests.csv", "summary.json"]
+    assert sorted(p.name for p in out.iterdir()) == ["config.resolved.yaml", "requests.csv", "summary.json",
+                                                     "workers.csv"]
+    assert (out / "workers.csv").read_text().splitlines()[1].startswith("aggregated-0,aggregated,")
     with open(out / "requests.csv") as fh:
         rows = list(csv.reader(fh))
     assert rows[0][:11] == ["request_id", "arrival_ms", "first_token_ms", "finish_ms", "input_length",
@@ -148,7 +150,8 @@ def test_failed_run_keeps_existing_outputs(tmp_path, small):
     proc = servesim("run", small, "--out", out, "--set", "engine.timing.pass_ms=-1")
     assert proc.returncode == 2
     assert (out / "summary.json").read_bytes() == before
-    assert sorted(p.name for p in out.iterdir()) == ["config.resolved.yaml", "requests.csv", "summary.json"]
+    assert sorted(p.name for p in out.iterdir()) == ["config.resolved.yaml", "requests.csv", "summary.json",
+                                                     "workers.csv"]
 
 
 def test_python_api_matches_cli(tmp_path, small):

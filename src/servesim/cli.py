@@ -64,8 +64,8 @@ class _ProgressBar:
 def run(
     config: Annotated[Optional[Path], typer.Argument(help="YAML config; omit for the embedded default.")] = None,
     trace: Annotated[Optional[Path], typer.Option("--trace", help="Replace the workload's trace file.")] = None,
-    out: Annotated[Optional[Path], typer.Option("--out", help="Write summary.json, requests.csv and "
-                                                "config.resolved.yaml into this folder.")] = None,
+    out: Annotated[Optional[Path], typer.Option("--out", help="Write summary.json, requests.csv, workers.csv "
+                                                "and config.resolved.yaml into this folder.")] = None,
     seed: Annotated[Optional[int], typer.Option("--seed", help="Root seed of every random choice.")] = None,
     set_: Annotated[Optional[list[str]], typer.Option("--set", help="Override a config field: "
                                                       "dotted.key=YAML_VALUE (repeatable).")] = None,
@@ -75,7 +75,7 @@ def run(
 ) -> None:
     """Replay a workload through a simulated deployment and print a vllm-bench-style summary."""
     from servesim.config import config_to_yaml, parse_override
-    from servesim.metrics.output import AtomicFiles, write_json
+    from servesim.metrics.output import AtomicFiles, write_json, write_workers_csv
 
     files = AtomicFiles()
     progress = _ProgressBar(enabled=not quiet and sys.stderr.isatty())
@@ -86,7 +86,7 @@ def run(
             raise ServesimError(f"--seed must be a non-negative integer, got {seed}")
         targets = {}
         if out is not None:
-            for name in ("summary.json", "requests.csv", "config.resolved.yaml"):
+            for name in ("summary.json", "requests.csv", "workers.csv", "config.resolved.yaml"):
                 targets[name] = files.path_for(out / name)
         if passes is not None:
             pass_fh = open(files.path_for(passes), "w", encoding="utf-8")
@@ -107,6 +107,7 @@ def run(
             write_json(targets["summary.json"], result.summary)
             with open(targets["requests.csv"], "w", encoding="utf-8", newline="") as fh:
                 result.requests.write_csv(fh)
+            write_workers_csv(targets["workers.csv"], result.summary["workers"])
             targets["config.resolved.yaml"].write_text(config_to_yaml(result.config))
         files.commit()
     except ServesimError as err:

@@ -223,7 +223,7 @@ class KvTransferConfig(StrictModel):
     # When the client sees the first token: as the prefill worker produces it (vLLM's and
     # SGLang's serving paths, see docs/modeling/disaggregation.md), or only once the decode
     # worker has it after the transfer.
-    first_token_from: Literal["prefill", "decode"] = "prefill"
+    first_token_from: Literal["prefill", "decode"] = "decode"
 
 
 class RouterConfig(StrictModel):

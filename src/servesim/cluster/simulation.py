@@ -120,6 +120,8 @@ class Simulation:
             if self.disaggregation is not None and self.disaggregation.on_finished(worker, request, done.end_ns):
                 continue
             self.complete(request, done.end_ns)
+        if self.disaggregation is not None:
+            self.disaggregation.after_pass(worker, done.end_ns)
 
     def complete(self, request: Request, now: int) -> None:
         self.requests_done += 1

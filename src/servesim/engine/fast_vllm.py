@@ -37,7 +37,7 @@ class FastVllmScheduler(VllmScheduler):
     # ------------------------------------------------------------------ queues
 
     def has_unfinished(self) -> bool:
-        return bool(self.running) or bool(self.waiting) or bool(self.group.members)
+        return bool(self.running) or bool(self.waiting) or bool(self.transferred) or bool(self.group.members)
 
     def _num_running(self) -> int:
         return len(self.running) + len(self.group.members)
@@ -138,6 +138,7 @@ class FastVllmScheduler(VllmScheduler):
         waiting = self.waiting
         if (
             waiting
+            and not self.transferred
             and waiting[0] is self._blocked
             and self.kv.epoch == self._blocked_epoch
         ):
@@ -160,7 +161,7 @@ class FastVllmScheduler(VllmScheduler):
         """
         group = self.group
         step = decided.group_step
-        if (decided.entries or self.running or group.joined_at.get(step)
+        if (decided.entries or self.running or self.transferred or group.joined_at.get(step)
                 or decided.group_size != group.active or group.step != step):
             return 0
         waiting = self.waiting
@@ -298,7 +299,8 @@ class FastVllmScheduler(VllmScheduler):
             stopped_running = set()
             for request in ending:
                 self.kv.cache_full_blocks(request, request.num_computed)
-                self.kv.free(request)
+                if not request.hold_kv:
+                    self.kv.free(request)
                 finished.append(request)
                 if request in self.waiting:
                     self.waiting.remove(request)

@@ -101,7 +101,8 @@ class KvCache:
 
     # ------------------------------------------------------------------ allocation
 
-    def admit(self, request: Request, hits: list[int], num_new_tokens: int, has_running: bool) -> bool:
+    def admit(self, request: Request, hits: list[int], num_new_tokens: int, has_running: bool,
+              cache: bool = True) -> bool:
         block_size = self.block_size
         free_keyed = self.free_keyed
         evictable = sum(1 for b in hits if b in free_keyed)
@@ -125,7 +126,8 @@ class KvCache:
             # a preemption: they still have their keys.
             request.live_private = max(0, len(hits) - request.keys.shared_blocks)
         self.take(ceil_div(slots, block_size) - len(hits), request.blocks)
-        self.cache_full_blocks(request, min(hit_tokens + num_new_tokens, request.num_tokens))
+        if cache:  # False while a KV transfer has yet to fill the blocks (vLLM's delay_cache_blocks)
+            self.cache_full_blocks(request, min(hit_tokens + num_new_tokens, request.num_tokens))
         return True
 
     def allocate(self, request: Request, num_new_tokens: int) -> bool:

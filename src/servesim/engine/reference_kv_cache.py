@@ -99,7 +99,8 @@ class ReferenceKvCache:
 
     # ------------------------------------------------------------------ allocation
 
-    def admit(self, request: Request, hits: list[int], num_new_tokens: int, has_running: bool) -> bool:
+    def admit(self, request: Request, hits: list[int], num_new_tokens: int, has_running: bool,
+              cache: bool = True) -> bool:
         """Allocate for a waiting request's first chunk, if its whole sequence fits.
 
         vLLM admits only if blocks for the request's *whole* current sequence are
@@ -122,7 +123,8 @@ class ReferenceKvCache:
         request.blocks = list(hits)
         request.num_cached_blocks = len(hits)
         self._grow(request, ceil_div(slots, block_size) - len(hits))
-        self.cache_full_blocks(request, min(hit_tokens + num_new_tokens, request.num_tokens))
+        if cache:  # False while a KV transfer has yet to fill the blocks (vLLM's delay_cache_blocks)
+            self.cache_full_blocks(request, min(hit_tokens + num_new_tokens, request.num_tokens))
         return True
 
     def allocate(self, request: Request, num_new_tokens: int) -> bool:

@@ -35,7 +35,7 @@ class Request:
         "first_scheduled_ns", "first_token_ns", "last_token_ns", "finish_ns", "cached_tokens",
         "worker", "route",
         # prefill/decode disaggregation (cluster/disaggregation.py)
-        "handoff", "prefill_worker", "transfer_start_ns", "transfer_end_ns", "transfer_bytes",
+        "handoff", "hold_kv", "prefill_worker", "transfer_start_ns", "transfer_end_ns", "transfer_bytes",
     )
 
     def __init__(
@@ -78,7 +78,8 @@ class Request:
         self.cached_tokens: int | None = None   # prefix-cache hit at first admission
         self.worker = ""
         self.route = None        # (router, worker index, tokens) to report back at completion
-        self.handoff = None      # the decode-side twin of a prefill-side request, and back
+        self.handoff = None      # disaggregated serving: the trace request a prefill hands on
+        self.hold_kv = False     # keep the KV blocks at finish (a prefill worker's, until sent)
         self.prefill_worker = ""
         self.transfer_start_ns: int | None = None
         self.transfer_end_ns: int | None = None

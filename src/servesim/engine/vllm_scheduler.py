@@ -37,6 +37,9 @@ class VllmScheduler:
         self.async_scheduling = async_scheduling
         self.running: list[Request] = []
         self.waiting: deque[Request] = deque()
+        # Requests whose KV cache arrived from a prefill worker (disaggregated serving): they hold
+        # their blocks and are admitted first, at the next schedule() after the transfer.
+        self.transferred: deque[Request] = deque()
         self.admissions = 0     # running order is admission order: each admission gets the next seq
 
     # ------------------------------------------------------------------ queues
@@ -44,8 +47,11 @@ class VllmScheduler:
     def add_request(self, request: Request) -> None:
         self.waiting.append(request)
 
+    def add_transferred(self, request: Request) -> None:
+        self.transferred.append(request)
+
     def has_unfinished(self) -> bool:
-        return bool(self.running) or bool(self.waiting)
+        return bool(self.running) or bool(self.waiting) or bool(self.transferred)
 
     def _num_running(self) -> int:
         return len(self.running)
@@ -113,6 +119,25 @@ class VllmScheduler:
         running = self.running
         skipped: list[Request] = []
         blocked = None
+        # Received KV caches first (vLLM drains requests that hold KV blocks before the others).
+        transferred = self.transferred
+        while budget > 0 and transferred:
+            if self._num_running() >= self.max_num_seqs:
+                break
+            request = transferred[0]
+            num_new = request.num_tokens - request.num_computed
+            if 0 < threshold < num_new:
+                num_new = threshold
+            num_new = min(num_new, budget)
+            if not kv.allocate(request, num_new):
+                break
+            transferred.popleft()
+            running.append(request)
+            request.seq = self.admissions
+            self.admissions += 1
+            request.status = Status.RUNNING
+            out.entries.append(PassEntry(request, num_new, request.num_computed, "new"))
+            budget -= num_new
         while budget > 0 and waiting:
             if self._num_running() >= self.max_num_seqs:
                 break
@@ -200,7 +225,8 @@ class VllmScheduler:
                     self.kv.cache_full_blocks(request, request.num_computed - request.placeholders)
             if request.num_output >= request.max_tokens or request.num_tokens >= self.max_model_len:
                 request.status = Status.FINISHED
-                self.kv.free(request)
+                if not request.hold_kv:
+                    self.kv.free(request)
                 finished.append(request)
                 if was_running:
                     stopped_running.add(request.request_id)

@@ -71,6 +71,11 @@ class Worker:
         if self.executing is None and not self.call_pending:
             self._request_call(now)
 
+    def wake(self, now: int) -> None:
+        """Something outside the engine changed (blocks freed, a KV transfer arrived): call the scheduler."""
+        if self.executing is None and not self.call_pending:
+            self._request_call(now)
+
     def on_pass_end(self, now: int, done: ScheduledPass) -> None:
         self.executing = None
         self.scheduler.update_from_output(done)
@@ -103,6 +108,8 @@ class Worker:
     # ------------------------------------------------------------------ internals
 
     def _request_call(self, now: int) -> None:
+        if self.call_pending:
+            return
         self.call_pending = True
         self.sim.push_scheduler_call(now, self)
 
@@ -126,13 +133,21 @@ class Worker:
         return decided
 
     def _schedule_nonempty(self) -> ScheduledPass | None:
-        """Schedule until a pass has tokens; None if the engine has nothing to run."""
+        """Schedule until a pass has tokens; None if the engine has nothing it can run now.
+
+        An empty call that preempted something is retried at once (the preempted requests can
+        be admitted by the next call). An empty call that did not leaves the engine idle until
+        something outside it changes: an arrival, or KV blocks a disaggregated prefill was
+        holding for a transfer coming free (the worker is woken then).
+        """
         for _ in range(8):
             if not self.scheduler.has_unfinished():
                 return None
             decided = self._schedule()
             if decided:
                 return decided
+            if not self.pending_preempted:
+                return None
         # A scheduler call that frees nothing and admits nothing would repeat forever.
         raise RuntimeError(f"{self.name}: the scheduler made no progress (this is a servesim bug)")
 

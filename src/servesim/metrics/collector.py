@@ -94,8 +94,14 @@ class Collector:
         prompt = table.column("input_length")
         status = table.column("status")
         out = []
+        prefill_col = table.column("prefill_worker")
         for stats in self.workers.values():
-            mine = (worker_col == names.index(stats.name)) & (status != 2) if stats.name in names else None
+            if stats.name not in names:
+                mine = None
+            else:
+                # A prefill worker's prompts are the requests it computed for a decode worker.
+                column = prefill_col if stats.role == "prefill" else worker_col
+                mine = (column == names.index(stats.name)) & (status != 2)
             prompt_tokens = int(prompt[mine].sum()) if mine is not None else 0
             out.append(stats.summary(sim_ns, int(cached[mine].sum()) if mine is not None else 0, prompt_tokens))
         return out

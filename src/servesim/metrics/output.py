@@ -66,3 +66,15 @@ def write_json(path: Path, data: dict) -> None:
     with open(path, "w", encoding="utf-8") as fh:
         json.dump(data, fh, indent=2)
         fh.write("\n")
+
+
+WORKER_COLUMNS = ("worker", "role", "passes", "busy_fraction", "mean_batch_requests", "mean_tokens_per_pass",
+                  "preemptions", "prefix_cache_hit_rate", "kv_utilization_mean", "kv_utilization_max")
+
+
+def write_workers_csv(path: Path, workers: list[dict]) -> None:
+    with open(path, "w", encoding="utf-8", newline="") as fh:
+        fh.write(",".join(WORKER_COLUMNS) + "\n")
+        for w in workers:
+            fh.write(",".join("" if w[c] is None else (f"{w[c]:.6g}" if isinstance(w[c], float) else str(w[c]))
+                              for c in WORKER_COLUMNS) + "\n")

@@ -15,6 +15,7 @@ REQUEST_COLUMNS = (
     "request_id", "arrival_ms", "first_token_ms", "finish_ms", "input_length", "output_length",
     "cached_tokens", "preemptions", "worker", "ttft_ms", "e2e_ms",
     "tpot_ms", "first_scheduled_ms", "requested_output_length", "status",
+    "prefill_worker", "transfer_start_ms", "transfer_end_ms", "transfer_bytes",
 )
 STATUSES = ("ok", "length_capped", "rejected")
 _NONE = -1
@@ -34,6 +35,10 @@ class RequestRecord:
     first_scheduled_ns: int | None
     requested_output_length: int
     status: str                 # "ok", "length_capped" (max_model_len cut the output) or "rejected"
+    prefill_worker: str = ""    # disaggregated serving: where the prompt was computed
+    transfer_start_ns: int | None = None
+    transfer_end_ns: int | None = None
+    transfer_bytes: int = 0
 
     @property
     def completed(self) -> bool:
@@ -75,6 +80,7 @@ def csv_row(r: RequestRecord) -> str:
         str(r.input_length), str(r.output_length), str(r.cached_tokens), str(r.preemptions),
         r.worker, _ms(r.ttft_ns), _ms(r.e2e_ns), _ms(r.tpot_ns), _ms(r.first_scheduled_ns),
         str(r.requested_output_length), r.status,
+        r.prefill_worker, _ms(r.transfer_start_ns), _ms(r.transfer_end_ns), str(r.transfer_bytes),
     ))
 
 
@@ -86,12 +92,13 @@ class RequestTable:
 
     _INT_COLUMNS = ("request_id", "arrival_ns", "first_token_ns", "finish_ns", "input_length",
                     "output_length", "cached_tokens", "preemptions", "first_scheduled_ns",
-                    "requested_output_length")
+                    "requested_output_length", "transfer_start_ns", "transfer_end_ns", "transfer_bytes")
 
     def __init__(self) -> None:
         for name in self._INT_COLUMNS:
             setattr(self, name, array("q"))
         self.worker = array("H")
+        self.prefill_worker = array("H")
         self.status = array("b")
         self.workers: list[str] = []
         self._worker_index: dict[str, int] = {}
@@ -108,20 +115,27 @@ class RequestTable:
         self.preemptions.append(request.num_preemptions)
         self.first_scheduled_ns.append(_NONE if request.first_scheduled_ns is None else request.first_scheduled_ns)
         self.requested_output_length.append(request.requested_output)
-        index = self._worker_index.get(request.worker)
-        if index is None:
-            index = self._worker_index[request.worker] = len(self.workers)
-            self.workers.append(request.worker)
-        self.worker.append(index)
+        self.worker.append(self._name_index(request.worker))
+        self.prefill_worker.append(self._name_index(request.prefill_worker))
+        self.transfer_start_ns.append(_NONE if request.transfer_start_ns is None else request.transfer_start_ns)
+        self.transfer_end_ns.append(_NONE if request.transfer_end_ns is None else request.transfer_end_ns)
+        self.transfer_bytes.append(request.transfer_bytes)
         self.status.append(status_of(request))
         self._order = None
+
+    def _name_index(self, name: str) -> int:
+        index = self._worker_index.get(name)
+        if index is None:
+            index = self._worker_index[name] = len(self.workers)
+            self.workers.append(name)
+        return index
 
     def __len__(self) -> int:
         return len(self.request_id)
 
     def column(self, name: str) -> np.ndarray:
         """A column as a numpy array, in completion order (-1 stands for none)."""
-        dtype = {"worker": np.uint16, "status": np.int8}.get(name, np.int64)
+        dtype = {"worker": np.uint16, "prefill_worker": np.uint16, "status": np.int8}.get(name, np.int64)
         return np.frombuffer(getattr(self, name), dtype=dtype)
 
     def _sorted(self) -> np.ndarray:
@@ -140,6 +154,8 @@ class RequestTable:
             cached_tokens=self.cached_tokens[i], preemptions=self.preemptions[i], worker=self.workers[self.worker[i]],
             first_scheduled_ns=opt(self.first_scheduled_ns),
             requested_output_length=self.requested_output_length[i], status=STATUSES[self.status[i]],
+            prefill_worker=self.workers[self.prefill_worker[i]], transfer_start_ns=opt(self.transfer_start_ns),
+            transfer_end_ns=opt(self.transfer_end_ns), transfer_bytes=self.transfer_bytes[i],
         )
 
     def __getitem__(self, position: int) -> RequestRecord:

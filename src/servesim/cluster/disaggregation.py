@@ -1,0 +1,127 @@
+"""Prefill/decode disaggregation: a prefill pool, a decode pool, and KV transfers between them.
+
+A request is routed to a prefill worker, which computes its prompt and its first
+token (as a request with max_tokens 1) and keeps the KV blocks. The decode router
+then picks a decode worker; that worker reserves blocks for the prompt (after a
+prefix-cache lookup: blocks it already holds are not sent) as soon as it has them
+free, and until then the prefill worker waits, holding its blocks (back-pressure).
+The transfer takes latency + bytes / bandwidth, bytes being the KV of the prompt
+blocks the decode worker lacks. When it completes, the prefill worker frees its
+blocks and the decode worker admits the request at its next scheduler call (as
+vLLM does for received KV, synchronously even with async scheduling on).
+
+`first_token_from` says which token the client sees first (docs/modeling/disaggregation.md):
+- `prefill`: the prefill worker's token streams to the client as it is produced;
+  the decode worker continues from it (its KV holds the whole prompt);
+- `decode`: the prefill worker's token is dropped; the decode worker, holding the KV
+  of all but the last prompt token, recomputes that token and samples the first
+  token itself after the transfer.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from servesim.config import KvTransferConfig
+from servesim.engine.request import Request, Status
+from servesim.engine.worker import Worker
+from servesim.hardware.deployment import Deployment
+from servesim.workload.trace import TraceRequest
+
+TRANSFER_DONE = 1  # handled with the frontend arrivals, before engine arrivals and scheduler calls
+
+
+class Disaggregation:
+    def __init__(self, sim, cfg: KvTransferConfig, deployments: dict[str, Deployment]) -> None:
+        self.sim = sim
+        prefill, decode = deployments["prefill"], deployments["decode"]
+        per_gpu_gb_s = cfg.bandwidth_gb_s or min(prefill.gpu.network_gb_s, decode.gpu.network_gb_s)
+        # Each TP rank sends its own shard over its own NIC: the links work in parallel.
+        self.bytes_per_s = per_gpu_gb_s * 1e9 * min(prefill.gpus, decode.gpus)
+        self.latency_ns = round(cfg.latency_ms * 1e6)
+        self.first_token_from = cfg.first_token_from
+        self.kv_bytes_per_token = prefill.arch.kv_bytes_per_token(prefill.kv_bytes)
+        self.pending: dict[str, deque] = {}
+
+    # ------------------------------------------------------------------ prefill side
+
+    def on_arrival(self, now: int, engine_arrival: int, trace_request: TraceRequest) -> None:
+        request = self.sim.route(now, engine_arrival, trace_request, "prefill", max_output=1)
+        if request.status != Status.REJECTED:
+            request.hold_kv = True
+            request.handoff = trace_request
+
+    def on_finished(self, worker: Worker, request: Request, now: int) -> bool:
+        """True when the request's life goes on elsewhere (a prefill handing over)."""
+        if worker.role == "prefill":
+            self._hand_over(worker, request, now)
+            return True
+        prefill = request.handoff
+        request.cached_tokens = prefill.cached_tokens
+        request.num_preemptions += prefill.num_preemptions
+        request.first_scheduled_ns = prefill.first_scheduled_ns
+        return False
+
+    def _hand_over(self, prefill_worker: Worker, prefill: Request, now: int) -> None:
+        sim = self.sim
+        trace_request = prefill.handoff
+        factory = sim.factories["decode"]
+        router = sim.routers["decode"]
+        keys = factory.keys(trace_request) if factory.sched.enable_prefix_caching else None
+        index = router.choose(trace_request.input_length, trace_request.output_length, lambda worker: keys)
+        decode_worker = sim.roles["decode"].workers[index]
+        request = factory.make(trace_request, prefill.arrival_ns, prefill.engine_arrival_ns, keys=keys)
+        request.worker = decode_worker.name
+        request.prefill_worker = prefill_worker.name
+        request.handoff = prefill
+        if self.first_token_from == "prefill":
+            request.num_output = 1
+            request.first_token_ns = request.last_token_ns = prefill.first_token_ns
+            if request.num_output >= request.max_tokens:   # nothing left to decode
+                prefill_worker.scheduler.kv.free(prefill)
+                prefill_worker.wake(now)
+                request.finish_ns = now
+                self.on_finished(decode_worker, request, now)
+                sim.complete(request, now)
+                return
+        tokens = trace_request.input_length + request.max_tokens
+        router.sent(index, tokens)
+        request.route = (router, index, tokens)
+        self.pending.setdefault(decode_worker.name, deque()).append((request, prefill, prefill_worker))
+        self.reserve(decode_worker, now)
+
+    # ------------------------------------------------------------------ decode side
+
+    def reserve(self, decode_worker: Worker, now: int) -> None:
+        """Start the transfers the decode worker now has free blocks for, in arrival order."""
+        queue = self.pending.get(decode_worker.name)
+        kv = decode_worker.scheduler.kv
+        while queue:
+            request, prefill, prefill_worker = queue[0]
+            hits = kv.lookup(request)
+            hit_tokens = len(hits) * kv.block_size
+            if not kv.admit(request, hits, request.prompt_len - hit_tokens, has_running=False, cache=False):
+                return   # back-pressure: the prefill worker keeps holding its blocks
+            queue.popleft()
+            request.transfer_bytes = round((request.prompt_len - hit_tokens) * self.kv_bytes_per_token)
+            request.transfer_start_ns = now
+            done = now + self.latency_ns + round(request.transfer_bytes / self.bytes_per_s * 1e9)
+            self.sim.push(done, TRANSFER_DONE, self._on_transfer_done,
+                          (request, prefill, prefill_worker, decode_worker))
+
+    def _on_transfer_done(self, now: int, job) -> None:
+        request, prefill, prefill_worker, decode_worker = job
+        prefill_worker.scheduler.kv.free(prefill)
+        prefill_worker.wake(now)
+        request.transfer_end_ns = now
+        kv = decode_worker.scheduler.kv
+        # The blocks hold the prompt's KV now; with the decode convention the last prompt
+        # token is recomputed there to sample the first token.
+        request.num_computed = request.prompt_len - (1 if self.first_token_from == "decode" else 0)
+        kv.cache_full_blocks(request, request.prompt_len)
+        decode_worker.scheduler.add_transferred(request)
+        decode_worker.wake(now)
+
+    def after_pass(self, worker: Worker, now: int) -> None:
+        if worker.role == "decode" and self.pending.get(worker.name):
+            self.reserve(worker, now)
