@@ -62,6 +62,7 @@ class Worker:
         self.busy_ns = 0
         self.pending_preempted: list[Request] = []  # preemptions of empty scheduler calls
         self.fast_forward = hasattr(scheduler, "quiet_steps")
+        self._last_call_preempted = False
 
     # ------------------------------------------------------------------ events
 
@@ -124,6 +125,7 @@ class Worker:
     def _schedule(self) -> ScheduledPass:
         decided = self.scheduler.schedule()
         decided.free_blocks = self.scheduler.kv.num_free
+        self._last_call_preempted = bool(decided.preempted)
         if decided.preempted or self.pending_preempted:
             if not decided:
                 self.pending_preempted.extend(decided.preempted)
@@ -146,7 +148,7 @@ class Worker:
             decided = self._schedule()
             if decided:
                 return decided
-            if not self.pending_preempted:
+            if not self._last_call_preempted:
                 return None
         # A scheduler call that frees nothing and admits nothing would repeat forever.
         raise RuntimeError(f"{self.name}: the scheduler made no progress (this is a servesim bug)")
