@@ -89,6 +89,7 @@ def simulate(
     # The pass log lists every request of every pass, which the fast engine does not visit.
     use_reference = cfg.engine.reference or pass_log is not None
     sim.roles = build_roles(cfg, run.deployments, sim, sim.on_pass_done, use_reference)
+    collector.register(w for role in sim.roles.values() for w in role.workers)
     interner = PrefixInterner()
     for name, role in sim.roles.items():
         sim.factories[name] = RequestFactory(role.scheduler_cfg, cfg.workload.trace_block_size, interner)

@@ -56,9 +56,7 @@ class Collector:
         batch = len(done.entries) + done.group_size
         if batch > self.peak_running:
             self.peak_running = batch
-        stats = self.workers.get(worker.name)
-        if stats is None:
-            stats = self.workers[worker.name] = WorkerStats(worker)
+        stats = self.workers[worker.name]
         stats.passes += steps
         stats.requests += batch * steps
         stats.tokens += done.num_tokens
@@ -82,6 +80,11 @@ class Collector:
                             for e in done.entries if e.kind != "running"},
         }
 
+    def register(self, workers) -> None:
+        """Workers in fleet order (summary rows follow it)."""
+        for worker in workers:
+            self.workers[worker.name] = WorkerStats(worker)
+
     def on_request_done(self, request: Request) -> None:
         self.records.append(request)
 
@@ -96,8 +99,8 @@ class Collector:
         out = []
         prefill_col = table.column("prefill_worker")
         for stats in self.workers.values():
-            if stats.name not in names:
-                mine = None
+            if stats.name not in names or stats.role == "decode":
+                mine = None   # a decode worker's prompts come with their KV: its hits show in transfer_bytes
             else:
                 # A prefill worker's prompts are the requests it computed for a decode worker.
                 column = prefill_col if stats.role == "prefill" else worker_col
@@ -153,7 +156,8 @@ class WorkerStats:
             "mean_batch_requests": self.requests / self.passes if self.passes else None,
             "mean_tokens_per_pass": self.tokens / self.passes if self.passes else None,
             "preemptions": self.preemptions,
-            "prefix_cache_hit_rate": cached_tokens / prompt_tokens if prompt_tokens else None,
+            "prefix_cache_hit_rate": (cached_tokens / prompt_tokens
+                                      if prompt_tokens and self.role != "decode" else None),
             "kv_utilization_mean": self.kv_weighted / (sim_ns * usable) if sim_ns and usable else None,
             "kv_utilization_max": self.kv_max / usable if usable else None,
             "kv_timeline": [[round(t / 1e6, 3), round(used / usable, 5)] for t, used in self.timeline],
