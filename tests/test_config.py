@@ -114,8 +114,17 @@ def test_serving_defaults_by_gpu():
     assert (cfg.max_num_seqs, cfg.max_num_batched_tokens) == (1024, 16384)
 
 
-def test_backend_not_simulated_yet():
-    assert "not supported yet" in _error(engine__backend="trtllm")
+def test_sglang_and_trtllm_resolve_their_own_defaults():
+    sg = resolve(_load(engine__backend="sglang")).config.engine.workers.aggregated.scheduler
+    # H100 (79.2 GiB): chunk 8192; mem_fraction_static = (81101 − max(512 + 8192×1.5 + 256×2 + 128,
+    # 10240) MB) / 81101 MB ≈ 0.838; the pool is whatever that leaves after the weights.
+    assert sg.chunked_prefill_size == 8192 and sg.page_size == 1
+    assert 0.83 < sg.mem_fraction_static < 0.85
+    assert sg.context_length == 131072
+    trt = resolve(_load(engine__backend="trtllm")).config.engine.workers.aggregated.scheduler
+    assert (trt.max_batch_size, trt.max_num_tokens, trt.tokens_per_block) == (2048, 8192, 32)
+    assert trt.capacity_scheduler_policy == "GUARANTEED_NO_EVICT"
+    assert trt.max_tokens % 32 == 0
 
 
 def test_unknown_model_and_gpu_suggest_names():

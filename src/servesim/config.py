@@ -103,35 +103,100 @@ class VllmSchedulerConfig(StrictModel):
     async_scheduling: bool | None = None
     watermark: Annotated[float, Field(ge=0, lt=1)] = 0.0
 
+    # The same facts under every backend's own names (see the other two schedulers).
+    @property
+    def kv_block_size(self) -> int:
+        return self.block_size
+
+    @property
+    def prefix_caching(self) -> bool:
+        return self.enable_prefix_caching
+
+    @property
+    def context_limit(self) -> int:
+        return self.max_model_len
+
+    @property
+    def kv_blocks(self) -> int:
+        return self.num_gpu_blocks   # vLLM's count includes its null block
+
+    @property
+    def overlap(self) -> bool:
+        return self.async_scheduling
+
 
 class SglangSchedulerConfig(StrictModel):
-    """SGLang's server arguments (accepted and validated; the backend is not simulated yet)."""
+    """SGLang's server arguments (sglang 0.5.9 defaults; docs/modeling/sglang.md)."""
 
-    max_running_requests: PositiveInt | None = None
-    chunked_prefill_size: int | None = None
-    max_prefill_tokens: PositiveInt | None = None
-    max_total_tokens: PositiveInt | None = None
+    max_running_requests: PositiveInt | None = None   # null: SGLang's rule from the KV pool size
+    chunked_prefill_size: int | None = None           # null: by GPU memory (8192 on H100/H200); -1: off
+    max_prefill_tokens: PositiveInt = 16384
+    max_total_tokens: PositiveInt | None = None       # KV pool in tokens; null: from mem_fraction_static
+    mem_fraction_static: Annotated[float, Field(gt=0, le=1)] | None = None  # null: SGLang's rule
     page_size: PositiveInt = 1
+    context_length: PositiveInt | None = None         # null: the model's
     schedule_policy: Literal["fcfs", "lpm"] = "fcfs"
     disable_radix_cache: bool = False
     disable_overlap_schedule: bool = False
     enable_mixed_chunk: bool = False
     init_new_token_ratio: Probability = 0.7
-    min_new_token_ratio: Probability = 0.1
-    new_token_ratio_decay: Probability = 0.001
+    min_new_token_ratio: Probability = 0.098          # 0.7 × SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR 0.14
+    new_token_ratio_decay: Probability = 0.0010033    # (0.7 − 0.098) / 600 decode passes
+
+    @property
+    def kv_block_size(self) -> int:
+        return self.page_size
+
+    @property
+    def prefix_caching(self) -> bool:
+        return not self.disable_radix_cache
+
+    @property
+    def context_limit(self) -> int:
+        return self.context_length
+
+    @property
+    def kv_blocks(self) -> int:
+        return self.max_total_tokens // self.page_size + 1   # KvCache counts one null block
+
+    @property
+    def overlap(self) -> bool:
+        return not self.disable_overlap_schedule
 
 
 class TrtllmSchedulerConfig(StrictModel):
-    """TensorRT-LLM's LLM-API settings (accepted and validated; the backend is not simulated yet)."""
+    """TensorRT-LLM's LLM-API settings (trtllm-serve defaults; docs/modeling/trtllm.md)."""
 
-    max_batch_size: PositiveInt | None = None
-    max_num_tokens: PositiveInt | None = None
+    max_batch_size: PositiveInt = 2048
+    max_num_tokens: PositiveInt = 8192
     tokens_per_block: PositiveInt = 32
-    max_tokens: PositiveInt | None = None
+    max_tokens: PositiveInt | None = None             # KV capacity in tokens; null: from memory
+    free_gpu_memory_fraction: Annotated[float, Field(gt=0, le=1)] = 0.9
+    max_seq_len: PositiveInt | None = None            # null: the model's context length
     capacity_scheduler_policy: Literal["GUARANTEED_NO_EVICT", "MAX_UTILIZATION"] = "GUARANTEED_NO_EVICT"
-    enable_chunked_context: bool = True
+    enable_chunked_context: bool = False
     enable_block_reuse: bool = True
     disable_overlap_scheduler: bool = False
+
+    @property
+    def kv_block_size(self) -> int:
+        return self.tokens_per_block
+
+    @property
+    def prefix_caching(self) -> bool:
+        return self.enable_block_reuse
+
+    @property
+    def context_limit(self) -> int:
+        return self.max_seq_len
+
+    @property
+    def kv_blocks(self) -> int:
+        return self.max_tokens // self.tokens_per_block + 1   # KvCache counts one null block
+
+    @property
+    def overlap(self) -> bool:
+        return not self.disable_overlap_scheduler
 
 
 SCHEDULER_SCHEMAS: dict[str, type[StrictModel]] = {
@@ -147,6 +212,8 @@ _COUNTERPARTS: tuple[dict[str, str], ...] = (
     {"vllm": "max_num_batched_tokens", "sglang": "chunked_prefill_size", "trtllm": "max_num_tokens"},
     {"vllm": "block_size", "sglang": "page_size", "trtllm": "tokens_per_block"},
     {"vllm": "num_gpu_blocks", "sglang": "max_total_tokens", "trtllm": "max_tokens"},
+    {"vllm": "max_model_len", "sglang": "context_length", "trtllm": "max_seq_len"},
+    {"vllm": "gpu_memory_utilization", "sglang": "mem_fraction_static", "trtllm": "free_gpu_memory_fraction"},
     {"vllm": "enable_prefix_caching", "sglang": "!disable_radix_cache", "trtllm": "enable_block_reuse"},
     {"vllm": "enable_chunked_prefill", "sglang": "chunked_prefill_size", "trtllm": "enable_chunked_context"},
     {"vllm": "async_scheduling", "sglang": "!disable_overlap_schedule", "trtllm": "!disable_overlap_scheduler"},

@@ -5,10 +5,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from servesim.config import LoadedConfig, SimulationConfig, VllmSchedulerConfig
+from servesim.config import (
+    LoadedConfig,
+    SglangSchedulerConfig,
+    SimulationConfig,
+    TrtllmSchedulerConfig,
+    VllmSchedulerConfig,
+)
 from servesim.errors import ServesimError
 from servesim.hardware import GpuSpec, resolve_gpu
-from servesim.hardware.deployment import Deployment
+from servesim.hardware.deployment import RUNTIME_RESERVE_GIB, Deployment
 from servesim.models import ModelSpec, resolve_model
 
 GIB = 1024**3
@@ -81,6 +87,67 @@ def _resolve_vllm(sched: VllmSchedulerConfig, where: str, gpu: GpuSpec, model: M
     })
 
 
+def _check_fits(where: str, context: int, capacity_tokens: int, knob: str) -> None:
+    if capacity_tokens < context:
+        raise ServesimError(
+            f"{where}: a {context}-token context does not fit in the KV cache, which holds {capacity_tokens} "
+            f"tokens ({context - capacity_tokens} short); lower the context length or raise {knob}"
+        )
+
+
+def _resolve_sglang(sched: SglangSchedulerConfig, where: str, gpu: GpuSpec, model: ModelSpec,
+                    deployment: Deployment, speculative: bool) -> SglangSchedulerConfig:
+    """SGLang 0.5.9's server-argument defaults (server_args.py, model_runner.py)."""
+    memory_gb = gpu.memory_gib * GIB / 1e9
+    chunk = sched.chunked_prefill_size
+    if chunk is None:
+        chunk = 4096 if memory_gb < 60 else 8192 if memory_gb < 160 else 16384
+    fraction = sched.mem_fraction_static
+    if fraction is None:
+        # reserved MB = 512 + max(chunk, 2048) × 1.5 + cuda_graph_max_bs × 2 + tp/8 × 1024,
+        # at least 10240 MB on GPUs over 60 GB.
+        graph_bs = 512 if memory_gb >= 160 else (256 if deployment.tp < 4 else 512)
+        reserved = 512 + max(chunk, 2048) * 1.5 + graph_bs * 2 + deployment.tp / 8 * 1024
+        if memory_gb > 60:
+            reserved = max(reserved, 10240)
+        total_mb = gpu.memory_gib * 1024
+        fraction = round((total_mb - reserved) / total_mb, 3)
+    context = sched.context_length or model.context_length
+    tokens = sched.max_total_tokens
+    if tokens is None:
+        rest = gpu.memory_gib * GIB * fraction - deployment.weight_bytes_per_gpu()
+        tokens = int(rest // deployment.kv_bytes_per_token_per_gpu()) * deployment.attention_dp
+        if tokens < sched.page_size:
+            raise ServesimError(f"{where}: {model.name} leaves no room for a KV cache on {gpu.name} "
+                                f"at tp={deployment.tp} with mem_fraction_static {fraction}")
+        tokens -= tokens % sched.page_size
+    _check_fits(where, context, tokens, "max_total_tokens")
+    running = sched.max_running_requests
+    if running is None:
+        running = 48 if speculative else min(tokens // 2, min(max(int(tokens / context * 512), 2048), 4096))
+    return sched.model_copy(update={
+        "chunked_prefill_size": chunk, "mem_fraction_static": fraction, "context_length": context,
+        "max_total_tokens": tokens, "max_running_requests": running,
+    })
+
+
+def _resolve_trtllm(sched: TrtllmSchedulerConfig, where: str, model: ModelSpec,
+                    deployment: Deployment) -> TrtllmSchedulerConfig:
+    """trtllm-serve's defaults (LLM API KvCacheConfig / BuildConfig)."""
+    context = sched.max_seq_len or model.context_length
+    tokens = sched.max_tokens
+    if tokens is None:
+        free = deployment.gpu.memory_gib * GIB - deployment.weight_bytes_per_gpu() - RUNTIME_RESERVE_GIB * GIB
+        tokens = int(free * sched.free_gpu_memory_fraction // deployment.kv_bytes_per_token_per_gpu())
+        tokens = tokens * deployment.attention_dp
+        tokens -= tokens % sched.tokens_per_block
+        if tokens <= 0:
+            raise ServesimError(f"{where}: {model.name} leaves no room for a KV cache on "
+                                f"{deployment.gpu.name} at tp={deployment.tp}")
+    _check_fits(where, context, tokens, "max_tokens")
+    return sched.model_copy(update={"max_seq_len": context, "max_tokens": tokens})
+
+
 def resolve(loaded: LoadedConfig) -> ResolvedRun:
     config = loaded.config.model_copy(deep=True)
     model = resolve_model(config.model, loaded.base_dir)
@@ -88,8 +155,6 @@ def resolve(loaded: LoadedConfig) -> ResolvedRun:
     config.model = model.name if not model.name.endswith(".json") else str(Path(model.name).resolve())
     config.gpu = gpu.name
     backend = config.engine.backend
-    if backend != "vllm":
-        raise ServesimError(f"engine.backend {backend} is not supported yet; only vllm is simulated so far")
     native = model.arch.native_dtype if model.arch.native_dtype in ("bf16", "fp8") else "bf16"
     config.precision = config.precision or native
     if config.kv_cache_dtype == "auto":
@@ -103,8 +168,14 @@ def resolve(loaded: LoadedConfig) -> ResolvedRun:
                                                     tp=role_cfg.tp, attention_dp=role_cfg.attention_dp,
                                                     ep=role_cfg.ep)
         ngram = role_cfg.speculative is not None and role_cfg.speculative.method == "ngram"
-        role_cfg.scheduler = _resolve_vllm(role_cfg.scheduler, where, gpu, model, ngram, deployment,
-                                           role_cfg.gpu_memory_utilization)
+        if backend == "vllm":
+            role_cfg.scheduler = _resolve_vllm(role_cfg.scheduler, where, gpu, model, ngram, deployment,
+                                               role_cfg.gpu_memory_utilization)
+        elif backend == "sglang":
+            role_cfg.scheduler = _resolve_sglang(role_cfg.scheduler, where, gpu, model, deployment,
+                                                 role_cfg.speculative is not None)
+        else:
+            role_cfg.scheduler = _resolve_trtllm(role_cfg.scheduler, where, model, deployment)
     trace_path = loaded.trace_path()
     if trace_path is not None:
         trace_path = trace_path.resolve()

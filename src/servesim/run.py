@@ -113,7 +113,7 @@ def simulate(
         "passes": collector.num_passes,
         "preemptions": collector.num_preemptions,
         "peak_batch_requests": collector.peak_running,
-        "num_gpu_blocks": {name: role.scheduler_cfg.num_gpu_blocks for name, role in sim.roles.items()},
+        "num_gpu_blocks": {name: role.scheduler_cfg.kv_blocks for name, role in sim.roles.items()},
         "gpus": gpus,
         "gpu_hours": gpus * summary["duration_ms"] / 3.6e6,
         "busy_fraction": (sum(w.busy_ns for r in sim.roles.values() for w in r.workers)

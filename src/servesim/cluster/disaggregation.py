@@ -67,7 +67,7 @@ class Disaggregation:
         trace_request = prefill.handoff
         factory = sim.factories["decode"]
         router = sim.routers["decode"]
-        keys = factory.keys(trace_request) if factory.sched.enable_prefix_caching else None
+        keys = factory.keys(trace_request) if factory.sched.prefix_caching else None
         index = router.choose(trace_request.input_length, trace_request.output_length, lambda worker: keys)
         decode_worker = sim.roles["decode"].workers[index]
         request = factory.make(trace_request, prefill.arrival_ns, prefill.engine_arrival_ns, keys=keys)

@@ -4,10 +4,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from servesim.config import RoleConfig, SimulationConfig, VllmSchedulerConfig
+from servesim.config import (
+    RoleConfig,
+    SglangSchedulerConfig,
+    SimulationConfig,
+    TrtllmSchedulerConfig,
+    VllmSchedulerConfig,
+)
 from servesim.engine.fast_vllm import FastVllmScheduler
 from servesim.engine.kv_cache import KvCache
 from servesim.engine.reference_kv_cache import ReferenceKvCache
+from servesim.engine.sglang_scheduler import SglangScheduler
+from servesim.engine.trtllm_scheduler import TrtllmScheduler
 from servesim.engine.request import Request
 from servesim.engine.vllm_scheduler import VllmScheduler
 from servesim.engine.worker import Worker
@@ -25,7 +33,7 @@ class Role:
     workers: list[Worker]
 
     @property
-    def scheduler_cfg(self) -> VllmSchedulerConfig:
+    def scheduler_cfg(self):
         return self.cfg.scheduler
 
     @property
@@ -43,23 +51,64 @@ class RequestFactory:
 
     def keys(self, trace_request: TraceRequest) -> BlockKeys:
         return BlockKeys(trace_request.request_id, trace_request.input_length, trace_request.hash_ids,
-                         self.sched.block_size, self.trace_block_size, self.interner)
+                         self.sched.kv_block_size, self.trace_block_size, self.interner)
 
     def make(self, trace_request: TraceRequest, arrival_ns: int, engine_arrival_ns: int,
              max_output: int | None = None, keys: BlockKeys | None = None) -> Request:
         sched = self.sched
-        if sched.enable_prefix_caching and keys is None:
+        if sched.prefix_caching and keys is None:
             keys = self.keys(trace_request)
-        elif not sched.enable_prefix_caching:
+        elif not sched.prefix_caching:
             keys = None
         wanted = trace_request.output_length if max_output is None else min(max_output, trace_request.output_length)
-        max_tokens = min(wanted, max(sched.max_model_len - trace_request.input_length, 0))
+        max_tokens = min(wanted, max(sched.context_limit - trace_request.input_length, 0))
         return Request(trace_request.request_id, arrival_ns, engine_arrival_ns, trace_request.input_length,
                        max_tokens, trace_request.output_length, keys)
 
     def rejects(self, trace_request: TraceRequest) -> bool:
-        # vLLM's frontend refuses a prompt that leaves no room for one output token.
-        return trace_request.input_length >= self.sched.max_model_len
+        # The frontend refuses a prompt that leaves no room for one output token; TensorRT-LLM
+        # without chunked context also refuses one longer than an iteration's token budget.
+        if trace_request.input_length >= self.sched.context_limit:
+            return True
+        return (isinstance(self.sched, TrtllmSchedulerConfig) and not self.sched.enable_chunked_context
+                and trace_request.input_length > self.sched.max_num_tokens)
+
+
+def make_scheduler(sched, kv, use_reference: bool):
+    """The backend's scheduling policy over the common engine core."""
+    if isinstance(sched, VllmSchedulerConfig):
+        return (VllmScheduler if use_reference else FastVllmScheduler)(
+            kv,
+            max_num_seqs=sched.max_num_seqs,
+            max_num_batched_tokens=sched.max_num_batched_tokens,
+            max_model_len=sched.max_model_len,
+            enable_chunked_prefill=sched.enable_chunked_prefill,
+            long_prefill_token_threshold=sched.long_prefill_token_threshold,
+            async_scheduling=sched.async_scheduling,
+        )
+    if isinstance(sched, SglangSchedulerConfig):
+        return SglangScheduler(
+            kv,
+            max_running_requests=sched.max_running_requests,
+            chunked_prefill_size=None if sched.chunked_prefill_size < 0 else sched.chunked_prefill_size,
+            max_prefill_tokens=sched.max_prefill_tokens,
+            schedule_policy=sched.schedule_policy,
+            enable_mixed_chunk=sched.enable_mixed_chunk,
+            init_new_token_ratio=sched.init_new_token_ratio,
+            min_new_token_ratio=sched.min_new_token_ratio,
+            new_token_ratio_decay=sched.new_token_ratio_decay,
+            max_model_len=sched.context_length,
+            overlap=sched.overlap,
+        )
+    return TrtllmScheduler(
+        kv,
+        max_batch_size=sched.max_batch_size,
+        max_num_tokens=sched.max_num_tokens,
+        capacity_scheduler_policy=sched.capacity_scheduler_policy,
+        enable_chunked_context=sched.enable_chunked_context,
+        max_model_len=sched.max_seq_len,
+        overlap=sched.overlap,
+    )
 
 
 def build_roles(cfg: SimulationConfig, deployments: dict[str, Deployment], sim, on_pass_done,
@@ -71,23 +120,16 @@ def build_roles(cfg: SimulationConfig, deployments: dict[str, Deployment], sim, 
         workers = []
         for index in range(role_cfg.count):
             kv = (ReferenceKvCache if use_reference else KvCache)(
-                num_gpu_blocks=sched.num_gpu_blocks,
-                block_size=sched.block_size,
-                enable_caching=sched.enable_prefix_caching,
-                max_model_len=sched.max_model_len,
-                watermark_blocks=int(sched.watermark * sched.num_gpu_blocks),
+                num_gpu_blocks=sched.kv_blocks,
+                block_size=sched.kv_block_size,
+                enable_caching=sched.prefix_caching,
+                max_model_len=sched.context_limit,
+                watermark_blocks=int(sched.watermark * sched.num_gpu_blocks)
+                if isinstance(sched, VllmSchedulerConfig) else 0,
             )
-            scheduler = (VllmScheduler if use_reference else FastVllmScheduler)(
-                kv,
-                max_num_seqs=sched.max_num_seqs,
-                max_num_batched_tokens=sched.max_num_batched_tokens,
-                max_model_len=sched.max_model_len,
-                enable_chunked_prefill=sched.enable_chunked_prefill,
-                long_prefill_token_threshold=sched.long_prefill_token_threshold,
-                async_scheduling=sched.async_scheduling,
-            )
+            scheduler = make_scheduler(sched, kv, use_reference)
             timing = build_timing_model(cfg.engine.timing, deployment, cfg.engine.backend)
-            worker = Worker(f"{role_name}-{index}", scheduler, timing, sched.async_scheduling, sim, on_pass_done)
+            worker = Worker(f"{role_name}-{index}", scheduler, timing, sched.overlap, sim, on_pass_done)
             worker.index = index
             worker.role = role_name
             workers.append(worker)

@@ -93,7 +93,7 @@ class Simulation:
         role = self.roles[role_name]
         factory = self.factories[role_name]
         router = self.routers[role_name]
-        keys = factory.keys(trace_request) if factory.sched.enable_prefix_caching else None
+        keys = factory.keys(trace_request) if factory.sched.prefix_caching else None
         index = router.choose(trace_request.input_length, trace_request.output_length, lambda worker: keys)
         worker = role.workers[index]
         request = factory.make(trace_request, now, engine_arrival, max_output, keys)

@@ -99,8 +99,12 @@ class ReferenceKvCache:
 
     # ------------------------------------------------------------------ allocation
 
+    def is_evictable(self, block: int) -> bool:
+        """A cached block no request holds: free, but a prefix hit on it would take it."""
+        return self.ref_cnt[block] == 0
+
     def admit(self, request: Request, hits: list[int], num_new_tokens: int, has_running: bool,
-              cache: bool = True) -> bool:
+              cache: bool = True, full_sequence: bool = True) -> bool:
         """Allocate for a waiting request's first chunk, if its whole sequence fits.
 
         vLLM admits only if blocks for the request's *whole* current sequence are
@@ -112,6 +116,9 @@ class ReferenceKvCache:
         watermark = self.watermark_blocks if has_running else 0
         full_tokens = min(request.num_tokens, self.max_model_len)
         need_full = max(ceil_div(full_tokens, block_size) - len(hits), 0) + evictable
+        if not full_sequence:  # a backend that budgets admission itself (SGLang, TensorRT-LLM)
+            need_full = max(ceil_div(min(len(hits) * block_size + num_new_tokens, self.max_model_len),
+                                     block_size) - len(hits), 0) + evictable
         if need_full + watermark > self.num_free:
             return False
         hit_tokens = len(hits) * block_size

@@ -1,0 +1,232 @@
+"""SGLang's scheduler (sglang 0.5.9 `managers/scheduler.py`, `schedule_policy.py`, `schedule_batch.py`).
+
+A pass is either a prefill (extend) pass or a decode pass, prefill first: while the
+waiting queue can admit something (and the batch is not marked full), the engine
+prefills; otherwise every running request decodes one token. Admission keeps a
+conservative budget: free + evictable KV tokens, minus the decode tokens the running
+requests may still need (remaining output, clipped at 4096, times `new_token_ratio`),
+must exceed a new request's whole remaining prompt plus its clipped max new tokens.
+When a decode pass cannot get its tokens even after evicting the cache, requests are
+retracted (fewest generated tokens first, ties to the longest prompt) to the back of
+the waiting queue. docs/modeling/sglang.md has every rule with its upstream function.
+"""
+
+from __future__ import annotations
+
+from servesim.engine.kv_cache import ceil_div
+from servesim.engine.passes import PassEntry, ScheduledPass
+from servesim.engine.request import Request, Status
+from servesim.engine.scheduler_core import SchedulerCore
+
+CLIP_MAX_NEW_TOKENS = 4096        # SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION
+RETRACT_DECODE_STEPS = 20         # SGLANG_RETRACT_DECODE_STEPS
+LPM_FALLBACK_QUEUE = 128          # lpm falls back to fcfs above this many waiting requests
+
+
+class SglangScheduler(SchedulerCore):
+    def __init__(
+        self,
+        kv,
+        max_running_requests: int,
+        chunked_prefill_size: int | None,
+        max_prefill_tokens: int,
+        schedule_policy: str,
+        enable_mixed_chunk: bool,
+        init_new_token_ratio: float,
+        min_new_token_ratio: float,
+        new_token_ratio_decay: float,
+        max_model_len: int,
+        overlap: bool,
+    ) -> None:
+        super().__init__(kv, max_model_len, overlap)
+        self.max_running_requests = max_running_requests
+        self.chunked_prefill_size = chunked_prefill_size
+        self.max_prefill_tokens = max_prefill_tokens
+        self.schedule_policy = schedule_policy
+        self.enable_mixed_chunk = enable_mixed_chunk
+        self.init_ratio = init_new_token_ratio
+        self.min_ratio = min_new_token_ratio
+        self.decay = new_token_ratio_decay
+        self.new_token_ratio = init_new_token_ratio
+        self.chunked: Request | None = None    # the one request whose prompt is mid-way
+        self.batch_is_full = False             # sticky until a running request leaves
+        self.waiting = list(self.waiting)      # SGLang's waiting queue is re-sorted by policy
+        self.retractions = 0
+
+    def has_unfinished(self) -> bool:
+        return super().has_unfinished() or self.chunked is not None
+
+    # ------------------------------------------------------------------ schedule
+
+    def schedule(self) -> ScheduledPass:
+        self._take_transferred()
+        if not self.running and self.chunked is None and not self.waiting:
+            self.new_token_ratio = self.init_ratio   # idle: the ratio resets
+        out = self._prefill_pass()
+        if out is None:
+            out = self._decode_pass()
+        self._update_after_schedule(out)
+        return out
+
+    def _take_transferred(self) -> None:
+        """Received KV (disaggregated decode): the request joins the running batch at once."""
+        while self.transferred and len(self.running) < self.max_running_requests:
+            request = self.transferred.popleft()
+            request.status = Status.RUNNING
+            request.seq = self.admissions
+            self.admissions += 1
+            self.running.append(request)
+
+    def _decoding(self) -> list[Request]:
+        """Running requests that take a decode token this pass."""
+        if not self.async_scheduling:
+            return list(self.running)
+        return [r for r in self.running if not (r.placeholders > 0 and self._last_token_in_flight(r))]
+
+    def _reserved_decode_tokens(self) -> float:
+        return sum(min(max(r.max_tokens - r.num_output, 0), CLIP_MAX_NEW_TOKENS) for r in self.running) \
+            * self.new_token_ratio
+
+    def _order(self) -> list[Request]:
+        if self.schedule_policy == "lpm" and len(self.waiting) <= LPM_FALLBACK_QUEUE and self.kv.enable_caching:
+            # Longest prefix match first (a stable sort keeps arrival order among equals).
+            return sorted(self.waiting, key=lambda r: -len(self.kv.lookup(r)))
+        return list(self.waiting)
+
+    def _prefill_pass(self) -> ScheduledPass | None:
+        kv = self.kv
+        if (self.batch_is_full or not self.waiting) and self.chunked is None:
+            return None
+        decoders = self._decoding() if self.enable_mixed_chunk else []
+        mixed = len(decoders)
+        rem_input = self.max_prefill_tokens - mixed
+        rem_chunk = None if self.chunked_prefill_size is None else self.chunked_prefill_size - mixed
+        avail = kv.num_free
+        total_offset = mixed + self._reserved_decode_tokens()
+        current_offset = mixed
+        out = ScheduledPass()
+        page = kv.block_size
+
+        chunked = self.chunked
+        if chunked is not None:
+            remaining = chunked.num_tokens - chunked.num_computed
+            chunk = min(rem_chunk if rem_chunk is not None else remaining, avail - total_offset)
+            if chunk <= 0:
+                chunk = rem_chunk if rem_chunk is not None else remaining   # a chunk always progresses
+            chunk = min(chunk, remaining)
+            if not kv.allocate(chunked, chunk):
+                chunk = 0
+            if chunk > 0:
+                out.entries.append(PassEntry(chunked, chunk, chunked.num_computed, "running"))
+                last = chunk == remaining
+                reserve = min(chunked.max_tokens - chunked.num_output, CLIP_MAX_NEW_TOKENS) if last else 0
+                total_offset += chunk + reserve
+                current_offset += chunk
+                rem_input -= chunk
+                if rem_chunk is not None:
+                    rem_chunk -= chunk
+                if last:
+                    self.chunked = None
+                    self.running.append(chunked)
+
+        admitted: list[Request] = []
+        new_chunked = None
+        if self.chunked is None:
+            for request in self._order():
+                if rem_chunk is not None and rem_chunk <= 0 or rem_input <= 0:
+                    break
+                if len(self.running) + len(admitted) >= self.max_running_requests:
+                    self.batch_is_full = True
+                    break
+                hits = kv.lookup(request)
+                hit_tokens = len(hits) * page
+                extend = request.num_tokens - hit_tokens
+                total = extend + min(max(request.max_tokens - request.num_output, 0), CLIP_MAX_NEW_TOKENS)
+                # Its matched prefix gets locked: blocks sitting evictable stop counting as free.
+                locked = sum(1 for b in hits if kv.is_evictable(b)) * page
+                if total >= avail - total_offset - locked:
+                    self.batch_is_full = True
+                    break
+                if extend >= rem_input and admitted:
+                    break
+                if rem_chunk is None or extend <= rem_chunk:
+                    take = extend
+                else:
+                    take = rem_chunk // page * page
+                    if take <= 0:
+                        break
+                if not kv.admit(request, hits, take, has_running=False, full_sequence=False):
+                    self.batch_is_full = True
+                    break
+                admitted.append(request)
+                self.waiting.remove(request)
+                reserve = min(request.max_tokens - request.num_output, CLIP_MAX_NEW_TOKENS) if take == extend else 0
+                total_offset += take + reserve
+                current_offset += take
+                rem_input -= take
+                if rem_chunk is not None:
+                    rem_chunk -= take
+                self._start_prefill(request, out, take, hit_tokens)
+                if take < extend:
+                    new_chunked = request
+                    break
+                if avail - total_offset <= 0 or avail - current_offset <= 0:
+                    self.batch_is_full = True
+                    break
+        if not out.entries:
+            return None
+        if new_chunked is not None:
+            self.running.remove(new_chunked)
+            self.chunked = new_chunked
+        for request in decoders:
+            if kv.allocate(request, 1):
+                out.entries.append(PassEntry(request, 1, request.num_computed, "running"))
+        return out
+
+    def _start_prefill(self, request: Request, out: ScheduledPass, tokens: int, hit_tokens: int) -> None:
+        self._start_running(request, out, tokens, hit_tokens)
+
+    def _decode_pass(self) -> ScheduledPass:
+        kv = self.kv
+        out = ScheduledPass()
+        decoders = self._decoding()
+        need = sum(1 for r in decoders if ceil_div(r.num_computed + 1, kv.block_size) > len(r.blocks))
+        retracted = False
+        while need > kv.num_free and len(decoders) > 1:
+            victim = min(decoders, key=lambda r: (r.num_output, -r.prompt_len, -r.seq))
+            decoders.remove(victim)
+            self._retract(victim)
+            out.preempted.append(victim)
+            retracted = True
+            need = sum(1 for r in decoders if ceil_div(r.num_computed + 1, kv.block_size) > len(r.blocks))
+        if retracted:
+            remaining = self.running
+            self.new_token_ratio = min(1.0, (sum(r.num_output for r in remaining) + RETRACT_DECODE_STEPS
+                                             * len(remaining)) / (sum(r.max_tokens for r in remaining) + 1))
+        elif decoders:
+            self.new_token_ratio = max(self.new_token_ratio - self.decay, self.min_ratio)
+        for request in decoders:
+            if kv.allocate(request, 1):
+                out.entries.append(PassEntry(request, 1, request.num_computed, "running"))
+        return out
+
+    def _retract(self, request: Request) -> None:
+        """Free the request's KV but keep its prompt cached; it goes to the back of the queue."""
+        self.running.remove(request)
+        # Decoded tokens are not kept in the radix tree: only prompt blocks stay cached.
+        request.num_cached_blocks = min(request.num_cached_blocks, request.prompt_len // self.kv.block_size)
+        self.kv.free(request, finished=False)
+        request.status = Status.PREEMPTED
+        request.num_computed = 0
+        request.stale = request.in_flight
+        request.placeholders = 0
+        request.num_preemptions += 1
+        self.waiting.append(request)
+        self.batch_is_full = False
+        self.retractions += 1
+
+    def update_from_output(self, done: ScheduledPass) -> None:
+        before = len(self.running)
+        super().update_from_output(done)
+        if len(self.running) < before:
+            self.batch_is_full = False

@@ -1,0 +1,142 @@
+"""TensorRT-LLM's scheduler (PyTorch executor: capacity scheduler + micro-batch scheduler).
+
+Follows the 2025 v1.1-1.2 line of `tensorrt_llm/_torch/pyexecutor/scheduler.py` and the C++
+`batch_manager/capacityScheduler.cpp`, `microBatchScheduler.cpp` (docs/modeling/trtllm.md):
+
+- capacity: requests already in progress always continue. `GUARANTEED_NO_EVICT` (the
+  default) admits a new request, in arrival order, only if the KV blocks of its whole
+  sequence (prompt + max new tokens; a prefix hit does not lower it) fit in the free
+  blocks left after every running request's remaining need to completion; the first
+  that does not fit stops admission. `MAX_UTILIZATION` admits while the next step
+  fits and, on a shortage, pauses the most recently started request (its KV freed,
+  its generated tokens recomputed with the prompt later).
+- micro-batch: at most `max_batch_size` requests and `max_num_tokens` tokens per
+  iteration; generation requests take their token first, then context requests in
+  order. Without chunked context a prompt that does not fit the budget left stops
+  the iteration's context admission; with it (first-come-first-served chunking) a
+  chunk takes the budget left, rounded down to whole KV blocks unless it is the last.
+"""
+
+from __future__ import annotations
+
+from servesim.engine.kv_cache import ceil_div
+from servesim.engine.passes import PassEntry, ScheduledPass
+from servesim.engine.request import Request, Status
+from servesim.engine.scheduler_core import SchedulerCore
+
+
+class TrtllmScheduler(SchedulerCore):
+    def __init__(
+        self,
+        kv,
+        max_batch_size: int,
+        max_num_tokens: int,
+        capacity_scheduler_policy: str,
+        enable_chunked_context: bool,
+        max_model_len: int,
+        overlap: bool,
+    ) -> None:
+        super().__init__(kv, max_model_len, overlap)
+        self.max_batch_size = max_batch_size
+        self.max_num_tokens = max_num_tokens
+        self.policy = capacity_scheduler_policy
+        self.enable_chunked_context = enable_chunked_context
+        self.pauses = 0
+
+    # ------------------------------------------------------------------ schedule
+
+    def schedule(self) -> ScheduledPass:
+        kv = self.kv
+        out = ScheduledPass()
+        budget = self.max_num_tokens
+        block = kv.block_size
+
+        # In-progress requests: generation first, then contexts (prompts mid-way), in order.
+        generating, contexts = [], []
+        for request in self.running:
+            need = request.num_tokens + request.placeholders - request.num_computed
+            if need <= 0 or (request.placeholders > 0 and self._last_token_in_flight(request)):
+                continue
+            (generating if request.num_computed >= request.num_tokens - 1 + request.placeholders
+             and need == 1 else contexts).append(request)
+
+        if self.policy == "MAX_UTILIZATION":
+            self._pause_for_next_step(generating + contexts)
+            generating = [r for r in generating if r.status == Status.RUNNING]
+            contexts = [r for r in contexts if r.status == Status.RUNNING]
+
+        scheduled = 0
+        for request in generating:
+            if budget <= 0 or scheduled >= self.max_batch_size:
+                break
+            if not kv.allocate(request, 1):
+                break
+            out.entries.append(PassEntry(request, 1, request.num_computed, "running"))
+            budget -= 1
+            scheduled += 1
+        for request in contexts:
+            if budget <= 0 or scheduled >= self.max_batch_size:
+                break
+            chunk = self._chunk(request.num_tokens - request.num_computed, budget, block)
+            if chunk <= 0 or not kv.allocate(request, chunk):
+                break
+            out.entries.append(PassEntry(request, chunk, request.num_computed, "running"))
+            budget -= chunk
+            scheduled += 1
+
+        # New requests, in arrival order (paused ones first: they were running).
+        reserved = self._reserved_blocks() if self.policy == "GUARANTEED_NO_EVICT" else 0
+        while self.waiting and budget > 0 and len(self.running) < self.max_batch_size:
+            request = self.waiting[0]
+            if request.stale:
+                break
+            need_blocks = ceil_div(min(request.prompt_len + request.max_tokens, self.max_model_len), block)
+            if self.policy == "GUARANTEED_NO_EVICT" and need_blocks > kv.num_free - reserved:
+                break
+            hits = kv.lookup(request)
+            hit_tokens = len(hits) * block
+            chunk = self._chunk(request.num_tokens - hit_tokens, budget, block)
+            if chunk <= 0:
+                break
+            if not kv.admit(request, hits, chunk, has_running=bool(self.running), full_sequence=False):
+                break
+            self.waiting.popleft()
+            self._start_running(request, out, chunk, hit_tokens)
+            budget -= chunk
+            reserved += need_blocks - len(request.blocks)
+        self._update_after_schedule(out)
+        return out
+
+    def _chunk(self, remaining: int, budget: int, block: int) -> int:
+        if remaining <= budget:
+            return remaining
+        if not self.enable_chunked_context:
+            return 0   # the whole prompt must fit this iteration's budget
+        return budget // block * block
+
+    def _reserved_blocks(self) -> int:
+        """Blocks running requests will still need to complete (GUARANTEED_NO_EVICT's promise)."""
+        block = self.kv.block_size
+        return sum(max(ceil_div(min(r.prompt_len + r.max_tokens, self.max_model_len), block) - len(r.blocks), 0)
+                   for r in self.running)
+
+    def _pause_for_next_step(self, candidates: list[Request]) -> None:
+        """MAX_UTILIZATION: pause the most recently started requests until the next step fits."""
+        block = self.kv.block_size
+
+        def need(r: Request) -> int:
+            return max(ceil_div(r.num_computed + 1, block) - len(r.blocks), 0)
+
+        while sum(need(r) for r in candidates if r.status == Status.RUNNING) > self.kv.num_free:
+            victim = max((r for r in self.running), key=lambda r: r.seq)
+            self.running.remove(victim)
+            self.kv.free(victim, finished=False)
+            victim.status = Status.PREEMPTED
+            victim.num_computed = 0
+            victim.stale = victim.in_flight
+            victim.placeholders = 0
+            victim.num_preemptions += 1
+            self.waiting.appendleft(victim)
+            self.pauses += 1
+            if not self.running:
+                break
