@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 import servesim
 
 from .conftest import write_trace
-from .test_properties import scenarios
+from .test_properties import SPECULATIVE, as_backend, scenarios
 
 
 def _config(trace, sched, client, trace_block_size, timing):
@@ -108,4 +108,19 @@ def test_fast_matches_reference_disaggregated(tmp_path, scenario, timing, first_
                                    "decode": {"count": 2, "scheduler": dict(sched)}}
     config["engine"]["kv_transfer"] = {"bandwidth_gb_s": 50.0, "latency_ms": 0.5, "first_token_from": first_token_from}
     config["router"] = {"policy": policy}
+    assert_same(config)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(scenarios(), TIMINGS, st.sampled_from(["vllm", "sglang", "trtllm"]), SPECULATIVE, st.data())
+def test_fast_matches_reference_every_backend(tmp_path, scenario, timing, backend, speculative, data):
+    """All three backends, with and without speculative decoding, against the reference engine."""
+    rows, sched, client, trace_block_size = scenario
+    if speculative is not None and speculative["method"] == "ngram" and backend == "vllm":
+        sched = dict(sched, async_scheduling=False)   # vLLM refuses n-gram drafts with async scheduling
+    trace = write_trace(tmp_path / "t.jsonl", rows)
+    config = _config(trace, as_backend(sched, backend, data), client, trace_block_size, timing)
+    config["engine"]["backend"] = backend
+    if speculative is not None:
+        config["engine"]["workers"]["aggregated"]["speculative"] = speculative
     assert_same(config)

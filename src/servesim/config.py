@@ -116,6 +116,9 @@ class VllmSchedulerConfig(StrictModel):
     def context_limit(self) -> int:
         return self.max_model_len
 
+    def output_room(self, input_length: int) -> int:
+        return self.max_model_len - input_length
+
     @property
     def kv_blocks(self) -> int:
         return self.num_gpu_blocks   # vLLM's count includes its null block
@@ -155,6 +158,10 @@ class SglangSchedulerConfig(StrictModel):
     def context_limit(self) -> int:
         return self.context_length
 
+    def output_room(self, input_length: int) -> int:
+        # SGLang clamps max_new_tokens to context_length - input - 1 (Scheduler.init_req_max_new_tokens).
+        return self.context_length - input_length - 1
+
     @property
     def kv_blocks(self) -> int:
         return self.max_total_tokens // self.page_size + 1   # KvCache counts one null block
@@ -189,6 +196,9 @@ class TrtllmSchedulerConfig(StrictModel):
     @property
     def context_limit(self) -> int:
         return self.max_seq_len
+
+    def output_room(self, input_length: int) -> int:
+        return self.max_seq_len - input_length
 
     @property
     def kv_blocks(self) -> int:
@@ -232,6 +242,9 @@ def _counterpart(key: str, backend: str) -> str | None:
 
 
 class SpeculativeConfig(StrictModel):
+    """Drafts verified per decoding pass; `acceptance_rate` is a constant per-draft rate a
+    (position i accepted with probability a^i) or per-position rates p_1 >= ... >= p_k."""
+
     method: Literal["ngram", "eagle", "mtp"]
     num_speculative_tokens: PositiveInt
     acceptance_rate: Probability | list[Probability]
@@ -243,6 +256,11 @@ class SpeculativeConfig(StrictModel):
             raise ValueError(
                 f"acceptance_rate lists {len(rates)} per-position rates but "
                 f"num_speculative_tokens is {self.num_speculative_tokens}"
+            )
+        if isinstance(rates, list) and any(later > earlier for earlier, later in zip(rates, rates[1:])):
+            raise ValueError(
+                "acceptance_rate per-position rates must not increase: position i is accepted only "
+                "if every earlier position is, so its rate is at most the previous one's"
             )
         return self
 

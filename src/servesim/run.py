@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 import time
-import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -79,10 +78,6 @@ def simulate(
     client = make_client(cfg.workload.client, requests, cfg.seed)
 
     notes = []
-    if any(role.speculative is not None for role in cfg.engine.roles().values()):
-        notes.append("speculative decoding is parsed but not simulated yet: decoding one token per pass")
-    for note in notes:
-        warnings.warn(note, stacklevel=2)
 
     collector = Collector(pass_log)
     sim = Simulation(client, round(cfg.engine.tokenization_ms * 1e6), collector)
@@ -123,6 +118,19 @@ def simulate(
         "servesim_version": __version__,
         "config_hash": config_hash(cfg),
         **trace_info,
+        "mean_acceptance_length": _mean_acceptance_length(sim.roles),
         "workers": collector.worker_summaries(sim.now),
     })
     return Result(summary=summary, requests=records, config=cfg, warnings=notes)
+
+
+def _mean_acceptance_length(roles) -> float | None:
+    """Tokens per verification (accepted drafts + the bonus token), over every speculating worker."""
+    verifications = tokens = 0
+    for role in roles.values():
+        for worker in role.workers:
+            speculation = worker.scheduler.speculation
+            if speculation is not None:
+                verifications += speculation.verifications
+                tokens += speculation.tokens
+    return tokens / verifications if verifications else None

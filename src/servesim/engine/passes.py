@@ -8,7 +8,7 @@ from servesim.engine.request import Request
 class PassEntry:
     """One request's share of a pass."""
 
-    __slots__ = ("request", "tokens", "computed_before", "kind", "samples", "is_decode")
+    __slots__ = ("request", "tokens", "computed_before", "kind", "samples", "is_decode", "drafts")
 
     def __init__(self, request: Request, tokens: int, computed_before: int, kind: str) -> None:
         self.request = request
@@ -16,7 +16,8 @@ class PassEntry:
         self.computed_before = computed_before  # KV already computed (or prefix-cached) before this chunk
         self.kind = kind                        # "running", "new" (first admission) or "resumed"
         self.samples = False                    # the chunk reaches the known tokens' end: a token is sampled
-        self.is_decode = False                  # a running request computing just its newest token
+        self.is_decode = False                  # a running request computing just its newest token (+ drafts)
+        self.drafts = 0                         # speculative tokens verified after the newest token
 
 
 class ScheduledPass:

@@ -29,6 +29,8 @@ class Request:
         # scheduler state
         "status", "num_computed", "num_output", "placeholders", "in_flight", "stale",
         "is_prefill_chunk", "blocks", "num_cached_blocks", "num_preemptions", "seq", "live_private",
+        # speculative decoding: the drafter has drafts for it; verifications so far
+        "drafting", "spec_steps",
         # membership of the fast engine's lockstep decode group (engine/decode_group.py)
         "group_first", "group_final", "group_computed", "group_offset",
         # measurements
@@ -66,6 +68,8 @@ class Request:
         self.num_cached_blocks = 0
         self.live_private = 0    # blocks past the shareable prefix that still have cache keys
         self.num_preemptions = 0
+        self.drafting = False    # a pass sampled it since its last preemption: drafts come with its next token
+        self.spec_steps = 0
         self.seq = -1            # admission order; the running list is ordered by it
         self.group_first = -1    # first group step, or -1 when not a group member
         self.group_final = -1    # group step that produces its last token

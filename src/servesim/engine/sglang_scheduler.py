@@ -101,7 +101,7 @@ class SglangScheduler(SchedulerCore):
         mixed = len(decoders)
         rem_input = self.max_prefill_tokens - mixed
         rem_chunk = None if self.chunked_prefill_size is None else self.chunked_prefill_size - mixed
-        avail = kv.num_free
+        avail = kv.num_free * kv.block_size   # tokens: free pages, cached ones evictable
         total_offset = mixed + self._reserved_decode_tokens()
         current_offset = mixed
         out = ScheduledPass()
@@ -178,10 +178,18 @@ class SglangScheduler(SchedulerCore):
         if new_chunked is not None:
             self.running.remove(new_chunked)
             self.chunked = new_chunked
-        for request in decoders:
-            if kv.allocate(request, 1):
-                out.entries.append(PassEntry(request, 1, request.num_computed, "running"))
+        self._add_decodes(out, decoders)
         return out
+
+    def _decode_tokens(self, request: Request) -> int:
+        """The newest token, plus drafts under speculative decoding."""
+        return 1 + self._drafts(request, 1)
+
+    def _add_decodes(self, out: ScheduledPass, decoders: list[Request]) -> None:
+        for request in decoders:
+            tokens = self._decode_tokens(request)
+            if self.kv.allocate(request, tokens):
+                out.entries.append(PassEntry(request, tokens, request.num_computed, "running"))
 
     def _start_prefill(self, request: Request, out: ScheduledPass, tokens: int, hit_tokens: int) -> None:
         self._start_running(request, out, tokens, hit_tokens)
@@ -190,7 +198,7 @@ class SglangScheduler(SchedulerCore):
         kv = self.kv
         out = ScheduledPass()
         decoders = self._decoding()
-        need = sum(1 for r in decoders if ceil_div(r.num_computed + 1, kv.block_size) > len(r.blocks))
+        need = self._blocks_needed(decoders)
         retracted = False
         while need > kv.num_free and len(decoders) > 1:
             victim = min(decoders, key=lambda r: (r.num_output, -r.prompt_len, -r.seq))
@@ -198,29 +206,27 @@ class SglangScheduler(SchedulerCore):
             self._retract(victim)
             out.preempted.append(victim)
             retracted = True
-            need = sum(1 for r in decoders if ceil_div(r.num_computed + 1, kv.block_size) > len(r.blocks))
+            need = self._blocks_needed(decoders)
         if retracted:
             remaining = self.running
             self.new_token_ratio = min(1.0, (sum(r.num_output for r in remaining) + RETRACT_DECODE_STEPS
                                              * len(remaining)) / (sum(r.max_tokens for r in remaining) + 1))
         elif decoders:
             self.new_token_ratio = max(self.new_token_ratio - self.decay, self.min_ratio)
-        for request in decoders:
-            if kv.allocate(request, 1):
-                out.entries.append(PassEntry(request, 1, request.num_computed, "running"))
+        self._add_decodes(out, decoders)
         return out
+
+    def _blocks_needed(self, decoders: list[Request]) -> int:
+        block = self.kv.block_size
+        return sum(max(ceil_div(r.num_computed + self._decode_tokens(r), block) - len(r.blocks), 0)
+                   for r in decoders)
 
     def _retract(self, request: Request) -> None:
         """Free the request's KV but keep its prompt cached; it goes to the back of the queue."""
         self.running.remove(request)
         # Decoded tokens are not kept in the radix tree: only prompt blocks stay cached.
         request.num_cached_blocks = min(request.num_cached_blocks, request.prompt_len // self.kv.block_size)
-        self.kv.free(request, finished=False)
-        request.status = Status.PREEMPTED
-        request.num_computed = 0
-        request.stale = request.in_flight
-        request.placeholders = 0
-        request.num_preemptions += 1
+        self._stop_running(request)
         self.waiting.append(request)
         self.batch_is_full = False
         self.retractions += 1

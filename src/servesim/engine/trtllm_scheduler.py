@@ -61,7 +61,7 @@ class TrtllmScheduler(SchedulerCore):
              and need == 1 else contexts).append(request)
 
         if self.policy == "MAX_UTILIZATION":
-            self._pause_for_next_step(generating + contexts)
+            self._pause_for_next_step(generating + contexts, out)
             generating = [r for r in generating if r.status == Status.RUNNING]
             contexts = [r for r in contexts if r.status == Status.RUNNING]
 
@@ -69,10 +69,11 @@ class TrtllmScheduler(SchedulerCore):
         for request in generating:
             if budget <= 0 or scheduled >= self.max_batch_size:
                 break
-            if not kv.allocate(request, 1):
+            tokens = min(1 + self._drafts(request, 1), budget)
+            if not kv.allocate(request, tokens):
                 break
-            out.entries.append(PassEntry(request, 1, request.num_computed, "running"))
-            budget -= 1
+            out.entries.append(PassEntry(request, tokens, request.num_computed, "running"))
+            budget -= tokens
             scheduled += 1
         for request in contexts:
             if budget <= 0 or scheduled >= self.max_batch_size:
@@ -120,23 +121,19 @@ class TrtllmScheduler(SchedulerCore):
         return sum(max(ceil_div(min(r.prompt_len + r.max_tokens, self.max_model_len), block) - len(r.blocks), 0)
                    for r in self.running)
 
-    def _pause_for_next_step(self, candidates: list[Request]) -> None:
+    def _pause_for_next_step(self, candidates: list[Request], out: ScheduledPass) -> None:
         """MAX_UTILIZATION: pause the most recently started requests until the next step fits."""
         block = self.kv.block_size
 
         def need(r: Request) -> int:
-            return max(ceil_div(r.num_computed + 1, block) - len(r.blocks), 0)
+            return max(ceil_div(r.num_computed + 1 + self._drafts(r, 1), block) - len(r.blocks), 0)
 
         while sum(need(r) for r in candidates if r.status == Status.RUNNING) > self.kv.num_free:
             victim = max((r for r in self.running), key=lambda r: r.seq)
             self.running.remove(victim)
-            self.kv.free(victim, finished=False)
-            victim.status = Status.PREEMPTED
-            victim.num_computed = 0
-            victim.stale = victim.in_flight
-            victim.placeholders = 0
-            victim.num_preemptions += 1
+            self._stop_running(victim)
             self.waiting.appendleft(victim)
+            out.preempted.append(victim)
             self.pauses += 1
             if not self.running:
                 break

@@ -56,6 +56,7 @@ class VllmScheduler(SchedulerCore):
                 index += 1
                 continue
             num_new = request.num_tokens + request.placeholders - request.num_computed
+            num_new += self._drafts(request, num_new)
             if 0 < threshold < num_new:
                 num_new = threshold
             num_new = min(num_new, budget, self.max_model_len - request.num_computed - 1)
@@ -138,10 +139,5 @@ class VllmScheduler(SchedulerCore):
         return blocked
 
     def _preempt(self, request: Request) -> None:
-        self.kv.free(request, finished=False)
-        request.status = Status.PREEMPTED
-        request.num_computed = 0
-        request.stale = request.in_flight
-        request.placeholders = 0
-        request.num_preemptions += 1
+        self._stop_running(request)
         self.waiting.appendleft(request)

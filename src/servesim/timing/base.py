@@ -100,7 +100,7 @@ class PolynomialTimingModel(TimingModel):
         return np.maximum(1, np.round(ns)).astype(np.int64)
 
 
-def build_timing_model(cfg: TimingConfig, deployment=None, backend: str = "vllm") -> TimingModel:
+def build_timing_model(cfg: TimingConfig, deployment=None, backend: str = "vllm", speculative=None) -> TimingModel:
     if isinstance(cfg, FixedTiming):
         return FixedTimingModel(cfg)
     if isinstance(cfg, PolynomialTiming):
@@ -113,7 +113,7 @@ def build_timing_model(cfg: TimingConfig, deployment=None, backend: str = "vllm"
             profile, _ = fitted_profile(gpu_name, profile_backend or backend)
         else:
             profile, _ = fitted_profile(deployment.gpu.name, backend)
-        return RooflineTimingModel(deployment, profile_with_overrides(profile, cfg))
+        return RooflineTimingModel(deployment, profile_with_overrides(profile, cfg), speculative)
     if isinstance(cfg, AicTiming):
         from servesim.timing.aic import AicTimingModel
 
