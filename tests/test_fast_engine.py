@@ -114,7 +114,7 @@ def test_fast_matches_reference_disaggregated(tmp_path, scenario, timing, first_
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(scenarios(), TIMINGS, st.sampled_from(["vllm", "sglang", "trtllm"]), SPECULATIVE, st.data())
 def test_fast_matches_reference_every_backend(tmp_path, scenario, timing, backend, speculative, data):
-    """All three backends, with and without speculative decoding, against the reference engine."""
+    """All three backends, with and without speculative decoding and KV offload, against the reference."""
     rows, sched, client, trace_block_size = scenario
     if speculative is not None and speculative["method"] == "ngram" and backend == "vllm":
         sched = dict(sched, async_scheduling=False)   # vLLM refuses n-gram drafts with async scheduling
@@ -123,4 +123,8 @@ def test_fast_matches_reference_every_backend(tmp_path, scenario, timing, backen
     config["engine"]["backend"] = backend
     if speculative is not None:
         config["engine"]["workers"]["aggregated"]["speculative"] = speculative
+    if backend != "trtllm" and sched["enable_prefix_caching"] and data.draw(st.booleans()):
+        # Host room for 0-12 blocks of 4 tokens (524,288 bytes each for the default model).
+        host_gb = data.draw(st.sampled_from([0.0006, 0.003, 0.007]))
+        config["engine"]["workers"]["aggregated"]["kv_offload"] = {"host_gb": host_gb, "bandwidth_gb_s": 2.0}
     assert_same(config)

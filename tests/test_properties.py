@@ -55,12 +55,14 @@ def as_backend(sched: dict, backend: str, data) -> dict:
         return sched
     pool = (sched["num_gpu_blocks"] - 1) * sched["block_size"]
     if backend == "sglang":
+        page = data.draw(st.sampled_from([1, sched["block_size"]]))
+        chunk = max(sched["max_num_batched_tokens"] // page * page, page)
         return {
-            "page_size": data.draw(st.sampled_from([1, sched["block_size"]])),
+            "page_size": page,
             "context_length": sched["max_model_len"],
             "max_total_tokens": pool,
             "max_running_requests": sched["max_num_seqs"],
-            "chunked_prefill_size": sched["max_num_batched_tokens"] if sched["enable_chunked_prefill"] else -1,
+            "chunked_prefill_size": chunk if sched["enable_chunked_prefill"] else -1,
             "max_prefill_tokens": sched["max_num_batched_tokens"],
             "disable_radix_cache": not sched["enable_prefix_caching"],
             "disable_overlap_schedule": not sched["async_scheduling"],
@@ -73,7 +75,7 @@ def as_backend(sched: dict, backend: str, data) -> dict:
         "max_seq_len": sched["max_model_len"],
         "max_tokens": pool,
         "max_batch_size": sched["max_num_seqs"],
-        "max_num_tokens": sched["max_num_batched_tokens"],
+        "max_num_tokens": max(sched["max_num_batched_tokens"], sched["block_size"]),
         "enable_chunked_context": sched["enable_chunked_prefill"],
         "enable_block_reuse": sched["enable_prefix_caching"],
         "disable_overlap_scheduler": not sched["async_scheduling"],
@@ -161,7 +163,8 @@ def test_invariants(tmp_path, monkeypatch, scenario, backend, speculative, data)
         assert p["start_ms"] >= end and p["end_ms"] > p["start_ms"]
         assert 0 <= p["free_blocks"] <= usable
         if backend != "sglang":   # SGLang's decode passes have no token budget
-            assert sum(p["scheduled"].values()) <= sched["max_num_batched_tokens"]
+            assert sum(p["scheduled"].values()) <= backend_sched.get("max_num_tokens",
+                                                                    sched["max_num_batched_tokens"])
         assert len(p["scheduled"]) <= sched["max_num_seqs"]
         end = p["end_ms"]
     produced = sum(rec.output_length for rec in records)

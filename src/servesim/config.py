@@ -146,6 +146,14 @@ class SglangSchedulerConfig(StrictModel):
     min_new_token_ratio: Probability = 0.098          # 0.7 × SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR 0.14
     new_token_ratio_decay: Probability = 0.0010033    # (0.7 − 0.098) / 600 decode passes
 
+    @model_validator(mode="after")
+    def _chunk_in_whole_pages(self) -> SglangSchedulerConfig:
+        chunk = self.chunked_prefill_size
+        if chunk is not None and chunk > 0 and chunk % self.page_size:
+            # SGLang asserts this too: a chunk is cut to whole pages, so a smaller one never progresses.
+            raise ValueError(f"chunked_prefill_size {chunk} must be a multiple of page_size {self.page_size}")
+        return self
+
     @property
     def kv_block_size(self) -> int:
         return self.page_size
@@ -184,6 +192,14 @@ class TrtllmSchedulerConfig(StrictModel):
     enable_chunked_context: bool = False
     enable_block_reuse: bool = True
     disable_overlap_scheduler: bool = False
+
+    @model_validator(mode="after")
+    def _chunk_holds_a_block(self) -> TrtllmSchedulerConfig:
+        if self.enable_chunked_context and self.max_num_tokens < self.tokens_per_block:
+            # Context chunks are whole KV blocks (but the last): a smaller budget never fits one.
+            raise ValueError(f"max_num_tokens {self.max_num_tokens} is smaller than tokens_per_block "
+                             f"{self.tokens_per_block}, so chunked context could never schedule a chunk")
+        return self
 
     @property
     def kv_block_size(self) -> int:
@@ -265,6 +281,13 @@ class SpeculativeConfig(StrictModel):
         return self
 
 
+class KvOffloadConfig(StrictModel):
+    """A host-memory tier under the prefix cache (vLLM CPU offloading, SGLang HiCache)."""
+
+    host_gb: PositiveFloat            # host memory for this worker's offloaded KV, GB (1e9 bytes)
+    bandwidth_gb_s: PositiveFloat     # host-to-GPU copy bandwidth per GPU, GB/s (PCIe 5.0 x16: ~55)
+
+
 class RoleConfig(StrictModel):
     count: PositiveInt = 1
     tp: PositiveInt = 1              # tensor parallelism
@@ -276,6 +299,7 @@ class RoleConfig(StrictModel):
     # of this model's parent, which a field validator cannot see).
     scheduler: Union[VllmSchedulerConfig, SglangSchedulerConfig, TrtllmSchedulerConfig, None] = None
     speculative: SpeculativeConfig | None = None
+    kv_offload: KvOffloadConfig | None = None
 
 
 class WorkersConfig(StrictModel):
@@ -603,6 +627,14 @@ def _validate_schedulers(config: SimulationConfig, raw: dict[str, Any], source: 
                 f"{source}: {where}.async_scheduling: true cannot be combined with ngram speculative "
                 "decoding (vLLM runs ngram drafts synchronously); leave it unset or set it to false"
             )
+        where_role = where.rsplit(".", 1)[0]
+        if role_cfg.kv_offload is not None:
+            if backend == "trtllm":
+                raise ServesimError(f"{source}: {where_role}.kv_offload is modelled for vllm and sglang, "
+                                    "not trtllm")
+            if not role_cfg.scheduler.prefix_caching:
+                raise ServesimError(f"{source}: {where_role}.kv_offload needs the prefix cache, which "
+                                    f"{where} turns off")
 
 
 def load_config(

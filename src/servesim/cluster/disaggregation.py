@@ -58,6 +58,7 @@ class Disaggregation:
             return True
         prefill = request.handoff
         request.cached_tokens = prefill.cached_tokens
+        request.host_cached_tokens = prefill.host_cached_tokens
         request.num_preemptions += prefill.num_preemptions
         request.first_scheduled_ns = prefill.first_scheduled_ns
         return False

@@ -13,6 +13,7 @@ from servesim.config import (
 )
 from servesim.engine.fast_vllm import FastVllmScheduler
 from servesim.engine.kv_cache import KvCache
+from servesim.engine.host_tier import HostTier
 from servesim.engine.reference_kv_cache import ReferenceKvCache
 from servesim.engine.speculative import Speculation
 from servesim.engine.sglang_scheduler import SglangScheduler
@@ -129,7 +130,11 @@ def build_roles(cfg: SimulationConfig, deployments: dict[str, Deployment], sim, 
         deployment = deployments[role_name]
         workers = []
         for index in range(role_cfg.count):
-            kv = (ReferenceKvCache if use_reference else KvCache)(
+            # The host tier sits under the reference cache, where every full block has its key, and
+            # the fast engine's lazily keyed blocks would store different keys: offload runs exact.
+            offload = role_cfg.kv_offload
+            exact = use_reference or offload is not None
+            kv = (ReferenceKvCache if exact else KvCache)(
                 num_gpu_blocks=sched.kv_blocks,
                 block_size=sched.kv_block_size,
                 enable_caching=sched.prefix_caching,
@@ -137,7 +142,9 @@ def build_roles(cfg: SimulationConfig, deployments: dict[str, Deployment], sim, 
                 watermark_blocks=int(sched.watermark * sched.num_gpu_blocks)
                 if isinstance(sched, VllmSchedulerConfig) else 0,
             )
-            scheduler = make_scheduler(sched, kv, use_reference, role_cfg.speculative, cfg.seed)
+            if offload is not None:
+                kv.host = host_tier(offload, deployment, sched.kv_block_size)
+            scheduler = make_scheduler(sched, kv, exact, role_cfg.speculative, cfg.seed)
             timing = build_timing_model(cfg.engine.timing, deployment, cfg.engine.backend, role_cfg.speculative)
             worker = Worker(f"{role_name}-{index}", scheduler, timing, sched.overlap, sim, on_pass_done)
             worker.index = index
@@ -145,3 +152,14 @@ def build_roles(cfg: SimulationConfig, deployments: dict[str, Deployment], sim, 
             workers.append(worker)
         roles[role_name] = Role(role_name, role_cfg, deployment, workers)
     return roles
+
+
+def host_tier(offload, deployment: Deployment, block_size: int) -> HostTier:
+    """Host capacity in blocks of this worker's KV (all its GPUs), and one block's copy time.
+
+    Each GPU copies its own shard over its own host link, so a block's copy takes its
+    per-GPU bytes over the per-GPU bandwidth.
+    """
+    block_bytes_per_gpu = deployment.kv_bytes_per_token_per_gpu() * block_size
+    capacity = int(offload.host_gb * 1e9 // (block_bytes_per_gpu * deployment.gpus))
+    return HostTier(capacity, max(1, round(block_bytes_per_gpu / (offload.bandwidth_gb_s * 1e9) * 1e9)))

@@ -33,6 +33,8 @@ def ceil_div(a: int, b: int) -> int:
 
 
 class KvCache:
+    host = None   # KV offload runs on the reference cache (engine/host_tier.py)
+
     def __init__(
         self,
         num_gpu_blocks: int,
@@ -87,6 +89,9 @@ class KvCache:
             hits.append(entry if entry.__class__ is int else entry[0])
         return hits
 
+    def lookup_host(self, request: Request, gpu_hits: int) -> int:
+        return 0
+
     def cached_prefix_blocks(self, keys) -> int:
         """How many leading blocks of a prompt (its shareable keys) this cache holds: a router's view."""
         if not self.enable_caching or keys is None or not keys.shared_blocks:
@@ -106,7 +111,7 @@ class KvCache:
         return block in self.free_keyed
 
     def admit(self, request: Request, hits: list[int], num_new_tokens: int, has_running: bool,
-              cache: bool = True, full_sequence: bool = True) -> bool:
+              cache: bool = True, full_sequence: bool = True, loaded: int = 0) -> bool:
         block_size = self.block_size
         free_keyed = self.free_keyed
         evictable = sum(1 for b in hits if b in free_keyed)

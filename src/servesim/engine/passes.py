@@ -25,7 +25,7 @@ class ScheduledPass:
 
     __slots__ = ("entries", "preempted", "num_tokens", "free_blocks", "index", "start_ns", "end_ns",
                  "delivered", "finished", "group_step", "group_size", "group_context",
-                 "bulk_deliveries", "bulk_gap_ns", "group_steps", "step_durations")
+                 "bulk_deliveries", "bulk_gap_ns", "group_steps", "step_durations", "load_ns")
 
     def __init__(self) -> None:
         self.entries: list[PassEntry] = []
@@ -46,6 +46,7 @@ class ScheduledPass:
         # Fast-forward: this record stands for `group_steps` identical passes back to back.
         self.group_steps = 1
         self.step_durations = None  # their durations (numpy int64), when group_steps > 1
+        self.load_ns = 0            # KV offload: copying host-tier prefix hits back to the GPU
 
     def __bool__(self) -> bool:
         return self.num_tokens > 0

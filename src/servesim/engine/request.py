@@ -34,7 +34,7 @@ class Request:
         # membership of the fast engine's lockstep decode group (engine/decode_group.py)
         "group_first", "group_final", "group_computed", "group_offset",
         # measurements
-        "first_scheduled_ns", "first_token_ns", "last_token_ns", "finish_ns", "cached_tokens",
+        "first_scheduled_ns", "first_token_ns", "last_token_ns", "finish_ns", "cached_tokens", "host_cached_tokens",
         "worker", "route",
         # prefill/decode disaggregation (cluster/disaggregation.py)
         "handoff", "hold_kv", "prefill_worker", "transfer_start_ns", "transfer_end_ns", "transfer_bytes",
@@ -79,7 +79,8 @@ class Request:
         self.first_token_ns: int | None = None
         self.last_token_ns: int | None = None
         self.finish_ns: int | None = None
-        self.cached_tokens: int | None = None   # prefix-cache hit at first admission
+        self.cached_tokens: int | None = None   # prefix-cache hit at first admission (GPU)
+        self.host_cached_tokens = 0              # ... and loaded from the host tier (KV offload)
         self.worker = ""
         self.route = None        # (router, worker index, tokens) to report back at completion
         self.handoff = None      # disaggregated serving: the trace request a prefill hands on

@@ -45,16 +45,25 @@ class SchedulerCore:
     def _num_running(self) -> int:
         return len(self.running)
 
-    def _start_running(self, request: Request, out: ScheduledPass, tokens: int, computed_before: int) -> None:
-        """Admit a request into the running list with its first chunk of this pass."""
+    def _start_running(self, request: Request, out: ScheduledPass, tokens: int, computed_before: int,
+                       loaded: int = 0) -> None:
+        """Admit a request into the running list with its first chunk of this pass.
+
+        `computed_before` counts prefix hits; `loaded` of them are blocks copied back from
+        the host tier, which this pass waits for.
+        """
         self.running.append(request)
         request.seq = self.admissions
         self.admissions += 1
         kind = "new" if request.status == Status.WAITING else "resumed"
         request.status = Status.RUNNING
         request.num_computed = computed_before
+        loaded_tokens = loaded * self.kv.block_size
         if request.cached_tokens is None:
-            request.cached_tokens = computed_before
+            request.cached_tokens = computed_before - loaded_tokens
+            request.host_cached_tokens = loaded_tokens
+        if loaded:
+            out.load_ns += loaded * self.kv.host.load_ns_per_block
         out.entries.append(PassEntry(request, tokens, computed_before, kind))
 
     def _stop_running(self, request: Request) -> None:

@@ -139,7 +139,8 @@ class SglangScheduler(SchedulerCore):
                     self.batch_is_full = True
                     break
                 hits = kv.lookup(request)
-                hit_tokens = len(hits) * page
+                loaded = kv.lookup_host(request, len(hits)) if kv.host is not None else 0
+                hit_tokens = (len(hits) + loaded) * page
                 extend = request.num_tokens - hit_tokens
                 total = extend + min(max(request.max_tokens - request.num_output, 0), CLIP_MAX_NEW_TOKENS)
                 # Its matched prefix gets locked: blocks sitting evictable stop counting as free.
@@ -155,7 +156,7 @@ class SglangScheduler(SchedulerCore):
                     take = rem_chunk // page * page
                     if take <= 0:
                         break
-                if not kv.admit(request, hits, take, has_running=False, full_sequence=False):
+                if not kv.admit(request, hits, take, has_running=False, full_sequence=False, loaded=loaded):
                     self.batch_is_full = True
                     break
                 admitted.append(request)
@@ -166,7 +167,7 @@ class SglangScheduler(SchedulerCore):
                 rem_input -= take
                 if rem_chunk is not None:
                     rem_chunk -= take
-                self._start_prefill(request, out, take, hit_tokens)
+                self._start_running(request, out, take, hit_tokens, loaded)
                 if take < extend:
                     new_chunked = request
                     break
@@ -190,9 +191,6 @@ class SglangScheduler(SchedulerCore):
             tokens = self._decode_tokens(request)
             if self.kv.allocate(request, tokens):
                 out.entries.append(PassEntry(request, tokens, request.num_computed, "running"))
-
-    def _start_prefill(self, request: Request, out: ScheduledPass, tokens: int, hit_tokens: int) -> None:
-        self._start_running(request, out, tokens, hit_tokens)
 
     def _decode_pass(self) -> ScheduledPass:
         kv = self.kv

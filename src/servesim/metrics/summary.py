@@ -70,6 +70,7 @@ def summarize(table: RequestTable, itl: LogHistogram, slo: SloConfig, warmup: in
     input_tokens = int(in_len.sum())
     output_tokens = int(out_len.sum())
     cached = int(table.column("cached_tokens")[done].sum())
+    host_cached = int(table.column("host_cached_tokens")[done].sum())
 
     good = np.ones(n, dtype=bool)
     if slo.ttft_ms is not None:
@@ -102,6 +103,7 @@ def summarize(table: RequestTable, itl: LogHistogram, slo: SloConfig, warmup: in
         "request_goodput_req_s": rate(int(good.sum())),
         "goodput_output_throughput_tok_s": rate(good_output),
         "prefix_cache_hit_rate": cached / input_tokens if input_tokens else None,
+        "host_cache_hit_rate": host_cached / input_tokens if input_tokens else None,
         "preempted_requests": int((table.column("preemptions")[done] > 0).sum()),
     }
     return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in summary.items()}
