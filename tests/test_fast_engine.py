@@ -99,11 +99,14 @@ def test_default_run_matches_reference():
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(scenarios(), TIMINGS, st.sampled_from(["prefill", "decode"]), st.sampled_from(["round_robin", "kv_aware"]))
-def test_fast_matches_reference_disaggregated(tmp_path, scenario, timing, first_token_from, policy):
+@given(scenarios(), TIMINGS, st.sampled_from(["prefill", "decode"]), st.sampled_from(["round_robin", "kv_aware"]),
+       st.sampled_from(["vllm", "sglang", "trtllm"]), st.data())
+def test_fast_matches_reference_disaggregated(tmp_path, scenario, timing, first_token_from, policy, backend, data):
     rows, sched, client, trace_block_size = scenario
     trace = write_trace(tmp_path / "t.jsonl", rows)
+    sched = as_backend(sched, backend, data)
     config = _config(trace, sched, client, trace_block_size, timing)
+    config["engine"]["backend"] = backend
     config["engine"]["workers"] = {"prefill": {"count": 2, "scheduler": dict(sched)},
                                    "decode": {"count": 2, "scheduler": dict(sched)}}
     config["engine"]["kv_transfer"] = {"bandwidth_gb_s": 50.0, "latency_ms": 0.5, "first_token_from": first_token_from}

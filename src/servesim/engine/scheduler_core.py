@@ -66,6 +66,19 @@ class SchedulerCore:
             out.load_ns += loaded * self.kv.host.load_ns_per_block
         out.entries.append(PassEntry(request, tokens, computed_before, kind))
 
+    def _take_transferred(self, limit: int) -> None:
+        """Received KV (disaggregated decode): the request joins the running batch as a decode.
+
+        SGLang's decode server and TensorRT-LLM's generation server add a request whose
+        KV has arrived straight to the running batch, up to the request-slot limit.
+        """
+        while self.transferred and len(self.running) < limit:
+            request = self.transferred.popleft()
+            request.status = Status.RUNNING
+            request.seq = self.admissions
+            self.admissions += 1
+            self.running.append(request)
+
     def _stop_running(self, request: Request) -> None:
         """Preempted, retracted or paused: its KV freed, it restarts from scratch (the caller queues it)."""
         self.kv.free(request, finished=False)

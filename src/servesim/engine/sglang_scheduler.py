@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from servesim.engine.kv_cache import ceil_div
 from servesim.engine.passes import PassEntry, ScheduledPass
-from servesim.engine.request import Request, Status
+from servesim.engine.request import Request
 from servesim.engine.scheduler_core import SchedulerCore
 
 CLIP_MAX_NEW_TOKENS = 4096        # SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION
@@ -59,7 +59,7 @@ class SglangScheduler(SchedulerCore):
     # ------------------------------------------------------------------ schedule
 
     def schedule(self) -> ScheduledPass:
-        self._take_transferred()
+        self._take_transferred(self.max_running_requests)
         if not self.running and self.chunked is None and not self.waiting:
             self.new_token_ratio = self.init_ratio   # idle: the ratio resets
         out = self._prefill_pass()
@@ -67,15 +67,6 @@ class SglangScheduler(SchedulerCore):
             out = self._decode_pass()
         self._update_after_schedule(out)
         return out
-
-    def _take_transferred(self) -> None:
-        """Received KV (disaggregated decode): the request joins the running batch at once."""
-        while self.transferred and len(self.running) < self.max_running_requests:
-            request = self.transferred.popleft()
-            request.status = Status.RUNNING
-            request.seq = self.admissions
-            self.admissions += 1
-            self.running.append(request)
 
     def _decoding(self) -> list[Request]:
         """Running requests that take a decode token this pass."""

@@ -50,6 +50,7 @@ class TrtllmScheduler(SchedulerCore):
         out = ScheduledPass()
         budget = self.max_num_tokens
         block = kv.block_size
+        self._take_transferred(self.max_batch_size)
 
         # In-progress requests: generation first, then contexts (prompts mid-way), in order.
         generating, contexts = [], []
