@@ -140,7 +140,7 @@ class SglangSchedulerConfig(StrictModel):
     context_length: PositiveInt | None = None         # null: the model's
     schedule_policy: Literal["fcfs", "lpm"] = "fcfs"
     disable_radix_cache: bool = False
-    disable_overlap_schedule: bool = False
+    disable_overlap_schedule: bool | None = None      # null: off, but on (no overlap) with speculative decoding
     enable_mixed_chunk: bool = False
     init_new_token_ratio: Probability = 0.7
     min_new_token_ratio: Probability = 0.098          # 0.7 × SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR 0.14
@@ -191,7 +191,7 @@ class TrtllmSchedulerConfig(StrictModel):
     capacity_scheduler_policy: Literal["GUARANTEED_NO_EVICT", "MAX_UTILIZATION"] = "GUARANTEED_NO_EVICT"
     enable_chunked_context: bool = False
     enable_block_reuse: bool = True
-    disable_overlap_scheduler: bool = False
+    disable_overlap_scheduler: bool | None = None     # null: off, but on (no overlap) with n-gram drafts
 
     @model_validator(mode="after")
     def _chunk_holds_a_block(self) -> TrtllmSchedulerConfig:

@@ -244,12 +244,24 @@ class KvCache:
             self.epoch += 1
         request.num_cached_blocks = full
 
-    def free(self, request: Request, finished: bool = True) -> None:
-        """Release a request's blocks, tail first; `finished` says its private keys are dead."""
+    def free(self, request: Request, finished: bool = True, keep_blocks: int | None = None) -> None:
+        """Release a request's blocks, tail first; `finished` says its private keys are dead.
+
+        Past `keep_blocks`, the request's own blocks lose their keys.
+        """
         self.epoch += 1
         blocks = request.blocks
         request.blocks = []
         cached = request.num_cached_blocks
+        if keep_blocks is not None and keep_blocks < cached:
+            cached = max(keep_blocks, min(request.keys.shared_blocks, len(blocks)) if self.enable_caching else 0)
+            if self.enable_caching:
+                # Blocks keyed before (hits on its own blocks after an earlier preemption) past the cut.
+                live_end = min(request.keys.shared_blocks, len(blocks)) + request.live_private
+                for b in blocks[cached:live_end]:
+                    self._uncache(self.block_key[b], b)
+                    self.block_key[b] = None
+                request.live_private = max(0, min(request.live_private, cached - request.keys.shared_blocks))
         request.num_cached_blocks = 0
         live_private = request.live_private
         request.live_private = 0

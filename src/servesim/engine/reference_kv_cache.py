@@ -176,6 +176,11 @@ class ReferenceKvCache:
             into.append(b)
 
     def _evict(self, block: int) -> None:
+        key = self._drop_key(block)
+        if self.host is not None and key not in self.cache:
+            self.host.store(key)   # its last GPU copy is gone
+
+    def _drop_key(self, block: int) -> int:
         key = self.block_key[block]
         self.block_key[block] = None
         entry = self.cache[key]
@@ -185,8 +190,7 @@ class ReferenceKvCache:
             entry.remove(block)
             if not entry:
                 del self.cache[key]
-        if self.host is not None and key not in self.cache:
-            self.host.store(key)   # its last GPU copy is gone
+        return key
 
     def cache_full_blocks(self, request: Request, num_tokens: int) -> None:
         """Give keys to the request's full blocks up to `num_tokens` known tokens."""
@@ -212,11 +216,15 @@ class ReferenceKvCache:
                 entry.append(b)
         request.num_cached_blocks = full
 
-    def free(self, request: Request, finished: bool = True) -> None:
-        """Release a request's blocks, tail first."""
+    def free(self, request: Request, finished: bool = True, keep_blocks: int | None = None) -> None:
+        """Release a request's blocks, tail first; past `keep_blocks`, its own blocks lose their keys."""
         ref_cnt = self.ref_cnt
         keyed = self.enable_caching
         self.epoch += 1
+        if keyed and keep_blocks is not None:
+            for b in request.blocks[keep_blocks:]:
+                if self.block_key[b] is not None and ref_cnt[b] == 1:
+                    self._drop_key(b)
         for b in reversed(request.blocks):
             ref_cnt[b] -= 1
             if ref_cnt[b] == 0:

@@ -28,6 +28,7 @@ class SchedulerCore:
         # Requests whose KV cache arrived from a prefill worker (disaggregated serving): they hold
         # their blocks and are admitted first, at the next schedule() after the transfer.
         self.transferred: deque[Request] = deque()
+        self.incoming: dict[int, Request] = {}   # blocks reserved, KV transfer still in flight
         self.admissions = 0     # running order is admission order: each admission gets the next seq
         self.speculation: Speculation | None = None   # speculative decoding, when configured
 
@@ -36,7 +37,12 @@ class SchedulerCore:
     def add_request(self, request: Request) -> None:
         self.waiting.append(request)
 
+    def expect_transfer(self, request: Request) -> None:
+        """Blocks are reserved for the request's KV, which is on its way."""
+        self.incoming[request.request_id] = request
+
     def add_transferred(self, request: Request) -> None:
+        self.incoming.pop(request.request_id, None)
         self.transferred.append(request)
 
     def has_unfinished(self) -> bool:
@@ -66,6 +72,14 @@ class SchedulerCore:
             out.load_ns += loaded * self.kv.host.load_ns_per_block
         out.entries.append(PassEntry(request, tokens, computed_before, kind))
 
+    def admits_transfer(self, request: Request) -> bool:
+        """May this decode worker take blocks for an incoming KV transfer now (beyond fitting)?"""
+        return True
+
+    def release_held(self, request: Request) -> None:
+        """A finished prefill's KV, held for its transfer to a decode worker, is sent: free it."""
+        self.kv.free(request)
+
     def _take_transferred(self, limit: int) -> None:
         """Received KV (disaggregated decode): the request joins the running batch as a decode.
 
@@ -79,9 +93,13 @@ class SchedulerCore:
             self.admissions += 1
             self.running.append(request)
 
-    def _stop_running(self, request: Request) -> None:
-        """Preempted, retracted or paused: its KV freed, it restarts from scratch (the caller queues it)."""
-        self.kv.free(request, finished=False)
+    def _stop_running(self, request: Request, keep_blocks: int | None = None) -> None:
+        """Preempted, retracted or paused: its KV freed, it restarts from scratch (the caller queues it).
+
+        `keep_blocks`: only that many leading blocks stay in the prefix cache (SGLang keeps a
+        retracted request's prompt, not its decoded tokens).
+        """
+        self.kv.free(request, finished=False, keep_blocks=keep_blocks)
         request.status = Status.PREEMPTED
         request.num_computed = 0
         request.stale = request.in_flight   # outputs of passes still in flight arrive stale

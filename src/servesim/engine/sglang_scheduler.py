@@ -133,7 +133,9 @@ class SglangScheduler(SchedulerCore):
                 loaded = kv.lookup_host(request, len(hits)) if kv.host is not None else 0
                 hit_tokens = (len(hits) + loaded) * page
                 extend = request.num_tokens - hit_tokens
-                total = extend + min(max(request.max_tokens - request.num_output, 0), CLIP_MAX_NEW_TOKENS)
+                # Host-tier hits need device pages too, though not compute.
+                total = extend + loaded * page + min(max(request.max_tokens - request.num_output, 0),
+                                                     CLIP_MAX_NEW_TOKENS)
                 # Its matched prefix gets locked: blocks sitting evictable stop counting as free.
                 locked = sum(1 for b in hits if kv.is_evictable(b)) * page
                 if total >= avail - total_offset - locked:
@@ -214,11 +216,16 @@ class SglangScheduler(SchedulerCore):
         """Free the request's KV but keep its prompt cached; it goes to the back of the queue."""
         self.running.remove(request)
         # Decoded tokens are not kept in the radix tree: only prompt blocks stay cached.
-        request.num_cached_blocks = min(request.num_cached_blocks, request.prompt_len // self.kv.block_size)
-        self._stop_running(request)
+        self._stop_running(request, keep_blocks=request.prompt_len // self.kv.block_size)
         self.waiting.append(request)
         self.batch_is_full = False
         self.retractions += 1
+
+    def release_held(self, request: Request) -> None:
+        # The prefill server's KV pool shrinks back like a running batch that lost a request:
+        # admission is tried again.
+        super().release_held(request)
+        self.batch_is_full = False
 
     def update_from_output(self, done: ScheduledPass) -> None:
         before = len(self.running)

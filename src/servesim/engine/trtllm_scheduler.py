@@ -92,7 +92,7 @@ class TrtllmScheduler(SchedulerCore):
             request = self.waiting[0]
             if request.stale:
                 break
-            need_blocks = ceil_div(min(request.prompt_len + request.max_tokens, self.max_model_len), block)
+            need_blocks = self._need_blocks(request)
             if self.policy == "GUARANTEED_NO_EVICT" and need_blocks > kv.num_free - reserved:
                 break
             hits = kv.lookup(request)
@@ -116,11 +116,21 @@ class TrtllmScheduler(SchedulerCore):
             return 0   # the whole prompt must fit this iteration's budget
         return budget // block * block
 
+    def _need_blocks(self, request: Request) -> int:
+        return ceil_div(min(request.prompt_len + request.max_tokens, self.max_model_len), self.kv.block_size)
+
     def _reserved_blocks(self) -> int:
-        """Blocks running requests will still need to complete (GUARANTEED_NO_EVICT's promise)."""
-        block = self.kv.block_size
-        return sum(max(ceil_div(min(r.prompt_len + r.max_tokens, self.max_model_len), block) - len(r.blocks), 0)
-                   for r in self.running)
+        """Blocks admitted requests (running, received, or with their KV on the way) will still
+        need to complete: GUARANTEED_NO_EVICT's promise."""
+        return sum(max(self._need_blocks(r) - len(r.blocks), 0)
+                   for r in (*self.running, *self.transferred, *self.incoming.values()))
+
+    def admits_transfer(self, request: Request) -> bool:
+        # The generation server's capacity scheduler admits a received request like any other:
+        # under GUARANTEED_NO_EVICT only if its whole sequence is guaranteed.
+        if self.policy != "GUARANTEED_NO_EVICT":
+            return True
+        return self._need_blocks(request) <= self.kv.num_free - self._reserved_blocks()
 
     def _pause_for_next_step(self, candidates: list[Request], out: ScheduledPass) -> None:
         """MAX_UTILIZATION: pause the most recently started requests until the next step fits."""

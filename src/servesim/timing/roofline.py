@@ -129,11 +129,15 @@ class RooflineTimingModel(TimingModel):
     def _gemm_efficiency(self, rows: float) -> float:
         return rows / (rows + self._half) if rows > 0 else 1.0
 
-    def _fixed_seconds(self, tokens: int, requests: int) -> float:
-        """Everything but attention: GEMMs, experts, LM head, communication, overheads."""
+    def _fixed_seconds(self, tokens: int, requests: int, logits: int | None = None) -> float:
+        """Everything but attention: GEMMs, experts, LM head, communication, overheads.
+
+        `logits` is the rows the LM head scores: one per request, or 1 + k per request
+        verifying k drafts.
+        """
         dp = self._dp
         rows = tokens / dp
-        req_rows = requests / dp
+        req_rows = (requests if logits is None else logits) / dp
         eff = self._gemm_efficiency(rows)
         dense = max(self._dense_flops_per_token * rows / (self._peak_dense * eff), self._dense_bytes / self._hbm)
         head = self._head_seconds(req_rows)
@@ -195,7 +199,8 @@ class RooflineTimingModel(TimingModel):
         requests = shape.num_decodes + len(shape.prefill_chunks)
         for chunk_tokens, _ in shape.prefill_chunks:
             tokens += chunk_tokens
-        seconds = self._fixed_seconds(tokens, requests)
+        drafts = shape.decode_tokens - shape.num_decodes
+        seconds = self._fixed_seconds(tokens, requests, requests + drafts if drafts else None)
         if shape.prefill_chunks:
             seconds += self._prefill_attention_seconds(shape.prefill_chunks)
         if shape.num_decodes:
