@@ -345,7 +345,7 @@ class RouterConfig(StrictModel):
 class EngineConfig(StrictModel):
     backend: Literal["vllm", "sglang", "trtllm"] = "vllm"
     tokenization_ms: NonNegativeFloat = 0.0
-    timing: TimingConfig = Field(default_factory=lambda: PolynomialTiming(kind="polynomial"))
+    timing: TimingConfig = Field(default_factory=lambda: RooflineTiming(kind="roofline"))
     workers: WorkersConfig = Field(default_factory=WorkersConfig)
     kv_transfer: KvTransferConfig = Field(default_factory=KvTransferConfig)
     # Debugging aid: run the straightforward per-request scheduler instead of the fast one.
