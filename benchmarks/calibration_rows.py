@@ -63,8 +63,8 @@ class Row:
 
     @property
     def group(self) -> str:
-        suffix = " | disagg" if self.mode == "disagg" else ""
-        return f"{self.model} | {self.gpu} | {self.backend}{suffix}"
+        suffix = " / disagg" if self.mode == "disagg" else ""
+        return f"{self.model} / {self.gpu} / {self.backend}{suffix}"
 
 
 def _int(value: str, default: int = 1) -> int:

@@ -149,6 +149,9 @@ class SglangSchedulerConfig(StrictModel):
     @model_validator(mode="after")
     def _chunk_in_whole_pages(self) -> SglangSchedulerConfig:
         chunk = self.chunked_prefill_size
+        if chunk is not None and chunk != -1 and chunk < 1:
+            raise ValueError(f"chunked_prefill_size must be a positive number of tokens, or -1 to turn "
+                             f"chunking off (got {chunk})")
         if chunk is not None and chunk > 0 and chunk % self.page_size:
             # SGLang asserts this too: a chunk is cut to whole pages, so a smaller one never progresses.
             raise ValueError(f"chunked_prefill_size {chunk} must be a multiple of page_size {self.page_size}")

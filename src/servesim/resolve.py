@@ -7,6 +7,7 @@ from pathlib import Path
 
 from servesim.config import (
     LoadedConfig,
+    RooflineTiming,
     SglangSchedulerConfig,
     SimulationConfig,
     TrtllmSchedulerConfig,
@@ -187,6 +188,14 @@ def resolve(loaded: LoadedConfig) -> ResolvedRun:
             if role_cfg.scheduler.disable_overlap_scheduler is None:
                 # TensorRT-LLM's PyTorch executor turns its overlap scheduler off for n-gram drafting.
                 role_cfg.scheduler.disable_overlap_scheduler = ngram
+    timing = config.engine.timing
+    if isinstance(timing, RooflineTiming) and timing.profile is None:
+        # Record which fitted profile the run uses (config.resolved.yaml shows it).
+        from servesim.timing.roofline import fitted_profile
+
+        _, key = fitted_profile(gpu.name, backend)
+        if key != "built-in defaults":
+            timing.profile = key
     trace_path = loaded.trace_path()
     if trace_path is not None:
         trace_path = trace_path.resolve()

@@ -14,6 +14,7 @@ from servesim.cluster.fleet import RequestFactory, build_roles
 from servesim.cluster.router import Router
 from servesim.cluster.simulation import Simulation
 from servesim.config import SimulationConfig, config_hash, load_config
+from servesim.errors import ServesimError
 from servesim.metrics.collector import Collector
 from servesim.metrics.records import RequestTable
 from servesim.metrics.summary import summarize
@@ -40,6 +41,8 @@ def _load_requests(run: ResolvedRun) -> tuple[Iterable[TraceRequest], dict[str, 
         return requests, info
     synthetic = workload.synthetic
     lengths = run.lengths_path
+    if lengths is not None and not lengths.is_file():
+        raise ServesimError(f"workload.synthetic.lengths_from: {lengths} does not exist")
     stream = generate(synthetic, run.config.seed, lengths)
     if workload.max_requests is not None:
         stream = itertools.islice(stream, workload.max_requests)
@@ -98,6 +101,9 @@ def simulate(
         total = len(requests)
     else:
         total = min(cfg.workload.synthetic.num_requests, cfg.workload.max_requests or 1 << 62)
+    if cfg.workload.warmup_requests >= total:
+        raise ServesimError(f"workload.warmup_requests is {cfg.workload.warmup_requests} but the workload has "
+                            f"only {total} requests: nothing would be measured")
     sim.run(progress=(lambda t, done: progress(t, done, total)) if progress else None)
 
     records = collector.records
@@ -105,6 +111,7 @@ def simulate(
     wall_ms = (time.perf_counter() - wall_start) * 1e3
     gpus = sum(role.gpus for role in sim.roles.values())
     summary.update({
+        "warmup_requests": cfg.workload.warmup_requests,
         "passes": collector.num_passes,
         "preemptions": collector.num_preemptions,
         "peak_batch_requests": collector.peak_running,

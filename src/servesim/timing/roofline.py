@@ -72,6 +72,27 @@ def fitted_profile(gpu: str, backend: str) -> tuple[RooflineProfile, str]:
     return RooflineProfile(), "built-in defaults"
 
 
+def named_profile(name: str) -> RooflineProfile:
+    """A fitted profile by its key ("h100-sxm/vllm", "*/sglang", "*/*"); GPU aliases are accepted."""
+    data = _fitted_profiles().get("profiles", {})
+    gpu, _, backend = name.partition("/")
+    if gpu != "*":
+        from servesim.errors import ServesimError
+        from servesim.hardware import resolve_gpu
+
+        try:
+            gpu = resolve_gpu(gpu).name
+        except ServesimError:
+            pass
+    key = f"{gpu}/{backend}"
+    if key not in data:
+        from servesim.errors import ServesimError
+
+        raise ServesimError(f"engine.timing.profile: no fitted profile {name!r}; the fitted ones are "
+                            f"{', '.join(sorted(data))}")
+    return RooflineProfile.from_dict(data[key])
+
+
 class RooflineTimingModel(TimingModel):
     def __init__(self, deployment: Deployment, profile: RooflineProfile, speculative=None) -> None:
         self.deployment = dep = deployment
