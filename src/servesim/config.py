@@ -332,9 +332,9 @@ class KvTransferConfig(StrictModel):
     # null: the GPU catalogue's scale-out network bandwidth per GPU (the NIC), in GB/s (bytes).
     bandwidth_gb_s: PositiveFloat | None = None
     latency_ms: NonNegativeFloat = 0.0
-    # When the client sees the first token: as the prefill worker produces it (vLLM's and
-    # SGLang's serving paths, see docs/modeling/disaggregation.md), or only once the decode
-    # worker has it after the transfer.
+    # When the client sees the first token: only once the decode worker has it after the
+    # transfer (vLLM's and SGLang's P/D serving paths, docs/modeling/disaggregation.md), or
+    # as soon as the prefill worker produces it.
     first_token_from: Literal["prefill", "decode"] = "decode"
 
 
