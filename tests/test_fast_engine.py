@@ -131,3 +131,20 @@ def test_fast_matches_reference_every_backend(tmp_path, scenario, timing, backen
         host_gb = data.draw(st.sampled_from([0.0006, 0.003, 0.007]))
         config["engine"]["workers"]["aggregated"]["kv_offload"] = {"host_gb": host_gb, "bandwidth_gb_s": 2.0}
     assert_same(config)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(scenarios(), TIMINGS)
+def test_single_request_prefixes_as_private_blocks_change_nothing(tmp_path, monkeypatch, scenario, timing):
+    """Knowing which hash_id prefixes only one request reaches (PrefixInterner.count_requests)
+    lets the fast cache treat their blocks as private; the records must not change."""
+    from servesim.workload.prompt import PrefixInterner
+
+    rows, sched, client, trace_block_size = scenario
+    trace = write_trace(tmp_path / "t.jsonl", rows)
+    config = _config(trace, sched, client, trace_block_size, timing)
+    counted = servesim.simulate(config)
+    with monkeypatch.context() as patch:
+        patch.setattr(PrefixInterner, "count_requests", lambda self, requests, size: None)
+        uncounted = servesim.simulate(config)
+    assert counted.requests == uncounted.requests

@@ -89,6 +89,8 @@ def simulate(
     sim.roles = build_roles(cfg, run.deployments, sim, sim.on_pass_done, use_reference)
     collector.register(w for role in sim.roles.values() for w in role.workers)
     interner = PrefixInterner()
+    if isinstance(requests, list):
+        interner.count_requests(requests, cfg.workload.trace_block_size)
     for name, role in sim.roles.items():
         sim.factories[name] = RequestFactory(role.scheduler_cfg, cfg.workload.trace_block_size, interner)
         sim.routers[name] = Router(cfg.router, role.workers, cfg.seed, purpose=f"router:{name}")
