@@ -20,6 +20,7 @@ vLLM does for received KV, synchronously even with async scheduling on).
 
 from __future__ import annotations
 
+import heapq
 from collections import deque
 
 from servesim.config import KvTransferConfig
@@ -42,6 +43,7 @@ class Disaggregation:
         self.first_token_from = cfg.first_token_from
         self.kv_bytes_per_token = prefill.arch.kv_bytes_per_token(prefill.kv_bytes)
         self.pending: dict[str, deque] = {}
+        self._transfers_due: list[int] = []   # end times of the transfers in flight (a heap)
 
     # ------------------------------------------------------------------ prefill side
 
@@ -109,10 +111,15 @@ class Disaggregation:
             request.transfer_bytes = round((request.prompt_len - hit_tokens) * self.kv_bytes_per_token)
             request.transfer_start_ns = now
             done = now + self.latency_ns + round(request.transfer_bytes / self.bytes_per_s * 1e9)
+            heapq.heappush(self._transfers_due, done)
             self.sim.push(done, TRANSFER_DONE, self._on_transfer_done,
                           (request, prefill, prefill_worker, decode_worker))
 
+    def next_transfer_done(self) -> int | None:
+        return self._transfers_due[0] if self._transfers_due else None
+
     def _on_transfer_done(self, now: int, job) -> None:
+        heapq.heappop(self._transfers_due)
         request, prefill, prefill_worker, decode_worker = job
         prefill_worker.scheduler.release_held(prefill)
         prefill_worker.wake(now)

@@ -29,7 +29,7 @@ from servesim.engine.request import Request, Status
 from servesim.errors import ServesimError
 from servesim.engine.worker import Worker
 from servesim.metrics.collector import Collector
-from servesim.workload.clients import Client
+from servesim.workload.clients import Client, ScheduledClient
 from servesim.workload.trace import TraceRequest
 
 PASS_END, FRONTEND_ARRIVAL, ENGINE_ARRIVAL, SCHEDULER_CALL = 0, 1, 2, 3
@@ -51,6 +51,10 @@ class Simulation:
         self.now = 0
         self.requests_done = 0
         self._feed: Iterator[tuple[int, TraceRequest]] | None = None
+        # Arrivals come only from the client's schedule (not released by completions): a
+        # worker's future then depends on other workers only through new arrivals.
+        self.scheduled_arrivals = isinstance(client, ScheduledClient)
+        self._feed_time: int | None = None   # the pending feed arrival, if any
 
     # ------------------------------------------------------------------ scheduling events
 
@@ -61,6 +65,26 @@ class Simulation:
     def next_event_time(self) -> int | None:
         return self._heap[0][0] if self._heap else None
 
+    def horizon(self, worker: Worker) -> int | None:
+        """The earliest time something outside `worker` can change what it does.
+
+        With a scheduled client, aggregated workers are independent between arrivals: another
+        worker's pass ends cannot reach them (a router decides only at an arrival). Under
+        disaggregation, KV transfers and prefill pass ends reach across roles too. With a
+        closed-loop client any completion releases an arrival: any pending event might.
+        """
+        if not self.scheduled_arrivals:
+            return self.next_event_time()
+        times = [self._feed_time, worker.next_engine_arrival()]
+        if self.disaggregation is not None:
+            # A finished transfer frees a prefill worker's blocks and queues work on a decode
+            # worker; a prefill pass end can reserve a decode worker's blocks for a handoff.
+            times.append(self.disaggregation.next_transfer_done())
+            if worker.role == "decode":
+                times.extend(w.executing.end_ns for w in self.roles["prefill"].workers if w.executing is not None)
+        times = [t for t in times if t is not None]
+        return min(times) if times else None
+
     def push_pass_end(self, t: int, worker: Worker, done: ScheduledPass) -> None:
         self.push(t, PASS_END, worker.on_pass_end, done)
 
@@ -68,6 +92,7 @@ class Simulation:
         self.push(t, SCHEDULER_CALL, worker.on_scheduler_call, None)
 
     def push_engine_arrival(self, t: int, worker: Worker, request: Request) -> None:
+        worker.expect_arrival(t)
         self.push(t, ENGINE_ARRIVAL, worker.on_engine_arrival, request)
 
     # ------------------------------------------------------------------ frontend
@@ -78,6 +103,7 @@ class Simulation:
 
     def _push_next_feed(self) -> None:
         nxt = next(self._feed, None)
+        self._feed_time = None if nxt is None else nxt[0]
         if nxt is not None:
             self.push(nxt[0], FRONTEND_ARRIVAL, self._on_feed_arrival, nxt[1])
 

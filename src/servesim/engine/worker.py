@@ -63,10 +63,18 @@ class Worker:
         self.pending_preempted: list[Request] = []  # preemptions of empty scheduler calls
         self.fast_forward = hasattr(scheduler, "quiet_steps")
         self._last_call_preempted = False
+        self._arrivals_due: deque[int] = deque()   # engine arrivals routed here, not yet delivered
 
     # ------------------------------------------------------------------ events
 
+    def expect_arrival(self, t: int) -> None:
+        self._arrivals_due.append(t)
+
+    def next_engine_arrival(self) -> int | None:
+        return self._arrivals_due[0] if self._arrivals_due else None
+
     def on_engine_arrival(self, now: int, request: Request) -> None:
+        self._arrivals_due.popleft()
         request.worker = self.name
         self.intake.append(request)
         if self.executing is None and not self.call_pending:
@@ -160,7 +168,7 @@ class Worker:
         another worker's output) could be read: every pass end inside the run comes
         strictly before it. Returns the run's total duration, or 0 for no run.
         """
-        upcoming = self.sim.next_event_time()
+        upcoming = self.sim.horizon(self)
         limit = 1 << 40
         if upcoming is not None:
             # Passes that only decode get no shorter as contexts grow: an upper bound.

@@ -74,7 +74,7 @@ class PrefixInterner:
 class BlockKeys:
     """Content keys of one request's engine blocks (see the module docstring)."""
 
-    __slots__ = ("_prefix_ids", "shared_blocks", "_unique_base", "_block_size", "_trace_block_size")
+    __slots__ = ("_prefix_ids", "shared_blocks", "_unique_base", "_block_size", "_trace_block_size", "_shared")
 
     def __init__(
         self,
@@ -88,6 +88,7 @@ class BlockKeys:
         self._block_size = block_size
         self._trace_block_size = trace_block_size
         self._unique_base = -(request_id << _END_BITS) - 1
+        self._shared: list[int] | None = None
         if hash_ids:
             covered = min(input_length, len(hash_ids) * trace_block_size)
             needed = -(-(covered // block_size) * block_size // trace_block_size)
@@ -113,8 +114,14 @@ class BlockKeys:
         return self._unique_base - block_index
 
     def shared_keys(self, start: int, stop: int) -> list[int]:
-        """Keys of blocks start .. stop-1, all below `shared_blocks`."""
-        size, trace = self._block_size, self._trace_block_size
-        prefix = self._prefix_ids
-        return [prefix[(end + trace - 1) // trace - 1] * _MAX_END + end
-                for end in range((start + 1) * size, (stop + 1) * size, size)]
+        """Keys of blocks start .. stop-1, all below `shared_blocks` (computed once per request:
+        the router asks for them on every worker, the cache again at admission)."""
+        shared = self._shared
+        if shared is None:
+            size, trace = self._block_size, self._trace_block_size
+            prefix = self._prefix_ids
+            shared = self._shared = [prefix[(end + trace - 1) // trace - 1] * _MAX_END + end
+                                     for end in range(size, (self.shared_blocks + 1) * size, size)]
+        if start == 0 and stop == len(shared):
+            return shared
+        return shared[start:stop]
