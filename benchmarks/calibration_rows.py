@@ -146,7 +146,8 @@ def _role(shape: RoleShape, backend: str, max_len: int) -> dict:
 
 def row_config(row: Row, requests_per_user: int = 10, profile: str | None = None) -> dict:
     """The servesim config that replays one calibration row, on the row's own backend."""
-    timing = {"kind": "roofline", "profile": profile or f"{row.gpu}/{row.backend}"}
+    # The deployment's own fitted profile (or its backend's fallback) unless one is named.
+    timing = {"kind": "roofline", **({"profile": profile} if profile else {})}
     # gpt-oss ships MXFP4 experts and BF16 attention: its "fp4" rows run the checkpoint as is.
     precision = None if row.model == "gpt-oss-120b" and row.precision == "fp4" else row.precision
     max_len = row.isl + row.osl + 16

@@ -142,6 +142,10 @@ class RequestTable:
         dtype = {"worker": np.uint16, "prefill_worker": np.uint16, "status": np.int8}.get(name, np.int64)
         return np.frombuffer(getattr(self, name), dtype=dtype)
 
+    def id_order(self) -> np.ndarray:
+        """Positions of the records in request-id order."""
+        return self._sorted()
+
     def _sorted(self) -> np.ndarray:
         if self._order is None:
             self._order = np.argsort(self.column("request_id"), kind="stable")

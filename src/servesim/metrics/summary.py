@@ -45,18 +45,25 @@ def _hist_stats(name: str, hist: LogHistogram) -> dict[str, float | None]:
 
 
 def summarize(table: RequestTable, itl: LogHistogram, slo: SloConfig, warmup: int = 0) -> dict:
-    status = table.column("status")
+    # In request-id order: float sums must not depend on the order requests completed in
+    # (equal-time completions on different workers may be processed in either order).
+    order = table.id_order()
+
+    def column(name: str) -> np.ndarray:
+        return table.column(name)[order]
+
+    status = column("status")
     # Warm-up requests (the first `warmup` ids) are left out of every figure here; they still
     # load the engine, and the ITL histogram, filled pass by pass, includes their gaps.
-    measured = table.column("request_id") >= warmup if warmup else np.ones(len(table), dtype=bool)
+    measured = column("request_id") >= warmup if warmup else np.ones(len(table), dtype=bool)
     done = measured & (status != 2)  # not rejected
-    arrival_all = table.column("arrival_ns")
-    finish_all = table.column("finish_ns")
+    arrival_all = column("arrival_ns")
+    finish_all = column("finish_ns")
     arrival = arrival_all[measured]
     finish = finish_all[measured]
-    first_token = table.column("first_token_ns")[done]
-    out_len = table.column("output_length")[done]
-    in_len = table.column("input_length")[done]
+    first_token = column("first_token_ns")[done]
+    out_len = column("output_length")[done]
+    in_len = column("input_length")[done]
     n = int(done.sum())
     failed = int(measured.sum()) - n
     first_arrival = int(arrival.min()) if arrival.size else 0
@@ -72,8 +79,8 @@ def summarize(table: RequestTable, itl: LogHistogram, slo: SloConfig, warmup: in
     tpot = per_request_tpot[multi]
     input_tokens = int(in_len.sum())
     output_tokens = int(out_len.sum())
-    cached = int(table.column("cached_tokens")[done].sum())
-    host_cached = int(table.column("host_cached_tokens")[done].sum())
+    cached = int(column("cached_tokens")[done].sum())
+    host_cached = int(column("host_cached_tokens")[done].sum())
 
     good = np.ones(n, dtype=bool)
     if slo.ttft_ms is not None:
@@ -107,6 +114,6 @@ def summarize(table: RequestTable, itl: LogHistogram, slo: SloConfig, warmup: in
         "goodput_output_throughput_tok_s": rate(good_output),
         "prefix_cache_hit_rate": cached / input_tokens if input_tokens else None,
         "host_cache_hit_rate": host_cached / input_tokens if input_tokens else None,
-        "preempted_requests": int((table.column("preemptions")[done] > 0).sum()),
+        "preempted_requests": int((column("preemptions")[done] > 0).sum()),
     }
     return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in summary.items()}
