@@ -117,7 +117,10 @@ class TrtllmScheduler(SchedulerCore):
         return budget // block * block
 
     def _need_blocks(self, request: Request) -> int:
-        return ceil_div(min(request.prompt_len + request.max_tokens, self.max_model_len), self.kv.block_size)
+        # Drafts verified with the last tokens take slots past the sequence's end.
+        drafts = self.speculation.num_draft_tokens if self.speculation is not None else 0
+        return ceil_div(min(request.prompt_len + request.max_tokens + drafts, self.max_model_len),
+                        self.kv.block_size)
 
     def _reserved_blocks(self) -> int:
         """Blocks admitted requests (running, received, or with their KV on the way) will still
