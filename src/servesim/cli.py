@@ -72,6 +72,8 @@ def run(
     passes: Annotated[Optional[Path], typer.Option("--passes", help="Write one JSON line per engine pass "
                                                    "to this file (slow; for debugging).")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing but errors.")] = False,
+    plots: Annotated[bool, typer.Option("--plots", help="Also write ttft_cdf.png, tpot_cdf.png and "
+                                        "timeline_<worker>.png into the --out folder.")] = False,
 ) -> None:
     """Replay a workload through a simulated deployment and print a vllm-bench-style summary."""
     from servesim.config import config_to_yaml, parse_override
@@ -84,6 +86,8 @@ def run(
         overrides = [parse_override(item) for item in set_ or []]
         if seed is not None and seed < 0:
             raise ServesimError(f"--seed must be a non-negative integer, got {seed}")
+        if plots and out is None:
+            raise ServesimError("--plots writes its figures into the --out folder; give --out DIR too")
         targets = {}
         if out is not None:
             for name in ("summary.json", "requests.csv", "workers.csv", "config.resolved.yaml"):
@@ -109,6 +113,8 @@ def run(
                 result.requests.write_csv(fh)
             write_workers_csv(targets["workers.csv"], result.summary["workers"])
             targets["config.resolved.yaml"].write_text(config_to_yaml(result.config))
+        if plots:
+            _write_run_plots(files, out, result)
         files.commit()
     except ServesimError as err:
         progress.close()
@@ -128,6 +134,15 @@ def run(
         from servesim.metrics.table import print_summary
 
         print_summary(result.summary, result.config)
+
+
+# --------------------------------------------------------------------------- run --plots
+
+
+def _write_run_plots(files, out: Path, result) -> None:
+    from servesim.metrics.plots import plot_run, run_plot_names
+
+    plot_run(result, {name: files.path_for(out / name) for name in run_plot_names(result)})
 
 
 @app.command()

@@ -1,0 +1,227 @@
+"""Figures of a run and of a sweep, drawn with matplotlib (imported here, lazily).
+
+One idea per figure, axes labelled with units. Each function writes one PNG and
+returns the data series it plotted, so tests (and users) can check the picture
+against the run's records. Figures are built with `matplotlib.figure.Figure`
+directly: no pyplot, no global state, no display needed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from servesim.metrics.records import RequestTable
+
+DPI = 110
+_BLUE, _ORANGE, _GREEN, _GREY, _RED = "#1f77b4", "#ff7f0e", "#2ca02c", "#9a9a9a", "#d62728"
+
+
+def _figure(width: float = 7.0, height: float = 4.2, rows: int = 1):
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height), dpi=DPI, layout="constrained")
+    axes = fig.subplots(rows, 1, sharex=True, squeeze=False)[:, 0]
+    for ax in axes:
+        ax.grid(True, alpha=0.3)
+    return fig, axes
+
+
+# --------------------------------------------------------------------------- per-request series
+
+
+def served_mask(table: RequestTable, warmup: int = 0) -> np.ndarray:
+    """Requests the summary counts: not rejected, past the warm-up."""
+    mask = table.column("status") != 2
+    if warmup:
+        mask &= table.column("request_id") >= warmup
+    return mask
+
+
+def ttft_ms(table: RequestTable, warmup: int = 0) -> np.ndarray:
+    """TTFT of every request the summary counts, in ms (completion order)."""
+    mask = served_mask(table, warmup)
+    return (table.column("first_token_ns")[mask] - table.column("arrival_ns")[mask]) / 1e6
+
+
+def tpot_ms(table: RequestTable, warmup: int = 0) -> np.ndarray:
+    """TPOT of every counted request with more than one output token, in ms."""
+    mask = served_mask(table, warmup) & (table.column("output_length") > 1)
+    gap = table.column("finish_ns")[mask] - table.column("first_token_ns")[mask]
+    return gap / (table.column("output_length")[mask] - 1) / 1e6
+
+
+def cdf(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(sorted values, fraction of values <= each): the empirical CDF's steps."""
+    x = np.sort(np.asarray(values, dtype=float))
+    return x, np.arange(1, x.size + 1) / max(x.size, 1)
+
+
+def plot_cdf(values_ms: np.ndarray, path: Path, metric: str, slo_ms: float | None = None,
+             subtitle: str = "") -> dict[str, Any]:
+    """The CDF of one latency metric over requests, with p50/p90/p99 and the SLO marked."""
+    x, y = cdf(values_ms)
+    fig, (ax,) = _figure()
+    title = f"{metric} distribution over {x.size:,} requests"
+    ax.set_title(title + (f"\n{subtitle}" if subtitle else ""), fontsize=11)
+    if x.size:
+        ax.step(x, y, where="post", color=_BLUE, linewidth=1.8, label=metric)
+        for q, style in ((50, ":"), (90, "--"), (99, "-.")):
+            value = float(np.percentile(x, q))
+            ax.axvline(value, color=_GREY, linestyle=style, linewidth=1)
+            ax.annotate(f"p{q} {value:,.1f} ms", (value, q / 100), xytext=(4, -12), textcoords="offset points",
+                        fontsize=8, color="#444444")
+        if x[0] > 0 and x[-1] / x[0] > 200:
+            ax.set_xscale("log")
+    else:
+        ax.text(0.5, 0.5, "no requests", ha="center", va="center", transform=ax.transAxes)
+    if slo_ms is not None:
+        met = float((x <= slo_ms).mean()) if x.size else 0.0
+        ax.axvline(slo_ms, color=_RED, linewidth=1.5, label=f"SLO {slo_ms:g} ms ({met:.1%} of requests meet it)")
+    ax.set_xlabel(f"{metric} (ms)")
+    ax.set_ylabel("fraction of requests")
+    ax.set_ylim(0, 1.02)
+    ax.legend(loc="lower right", fontsize=9)
+    fig.savefig(path)
+    return {"x_ms": x, "fraction": y, "slo_ms": slo_ms}
+
+
+# --------------------------------------------------------------------------- worker timelines
+
+
+def _rates(time_ms: np.ndarray, cumulative: np.ndarray, per: np.ndarray | None, bins: int):
+    """Rates over uniform windows from a cumulative counter sampled at `time_ms`.
+
+    Returns (window centres in s, Δcounter / Δseconds), or, when `per` (another
+    cumulative counter) is given, Δcounter / Δper (NaN where Δper is 0).
+    """
+    end = float(time_ms[-1]) if time_ms.size else 0.0
+    if end <= 0:
+        return np.zeros(0), np.zeros(0)
+    edges = np.linspace(0.0, end, bins + 1)
+    at = np.interp(edges, np.concatenate(([0.0], time_ms)), np.concatenate(([0.0], cumulative)))
+    delta = np.diff(at)
+    if per is None:
+        rate = delta / (np.diff(edges) / 1e3)
+    else:
+        denominator = np.diff(np.interp(edges, np.concatenate(([0.0], time_ms)), np.concatenate(([0.0], per))))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            rate = np.where(denominator > 0, delta / np.where(denominator > 0, denominator, 1), np.nan)
+    return (edges[:-1] + edges[1:]) / 2e3, rate
+
+
+def timeline_series(timeline: dict[str, list], bins: int = 120) -> dict[str, np.ndarray]:
+    """What `plot_worker_timeline` draws, from one worker's `Result.timelines` entry."""
+    time_ms = np.asarray(timeline["time_ms"], dtype=float)
+    bins = max(1, min(bins, time_ms.size))
+    window_s, output_rate = _rates(time_ms, np.asarray(timeline["output_tokens"], dtype=float), None, bins)
+    _, tokens_per_pass = _rates(time_ms, np.asarray(timeline["tokens"], dtype=float),
+                                np.asarray(timeline["passes"], dtype=float), bins)
+    return {
+        "time_s": time_ms / 1e3,
+        "running": np.asarray(timeline["running"]),
+        "waiting": np.asarray(timeline["waiting"]),
+        "kv_percent": 100 * np.asarray(timeline["kv_utilization"], dtype=float),
+        "window_s": window_s,
+        "output_tok_s": output_rate,
+        "tokens_per_pass": tokens_per_pass,
+    }
+
+
+def plot_worker_timeline(worker: str, timeline: dict[str, list], path: Path, subtitle: str = "",
+                         bins: int = 120) -> dict[str, np.ndarray]:
+    """Four panels over simulated time: requests, KV cache, tokens per pass, output throughput."""
+    s = timeline_series(timeline, bins)
+    fig, axes = _figure(8.0, 8.5, rows=4)
+    fig.suptitle(f"Worker {worker} over simulated time" + (f"\n{subtitle}" if subtitle else ""), fontsize=11)
+    ax = axes[0]
+    ax.step(s["time_s"], s["running"], where="post", color=_BLUE, linewidth=1.2, label="running (in the pass)")
+    ax.step(s["time_s"], s["waiting"], where="post", color=_ORANGE, linewidth=1.2, label="waiting")
+    ax.set_ylabel("requests")
+    ax.set_title("Requests running and waiting", fontsize=10, loc="left")
+    ax.legend(loc="upper right", fontsize=8)
+    ax = axes[1]
+    ax.plot(s["time_s"], s["kv_percent"], color=_GREEN, linewidth=1.2)
+    ax.set_ylabel("KV cache used (%)")
+    ax.set_ylim(0, 105)
+    ax.set_title("KV-cache utilisation", fontsize=10, loc="left")
+    ax = axes[2]
+    ax.plot(s["window_s"], s["tokens_per_pass"], color="#9467bd", linewidth=1.2)
+    ax.set_ylabel("tokens / pass")
+    ax.set_ylim(bottom=0)
+    ax.set_title("Tokens per pass (prefill + decode, window mean)", fontsize=10, loc="left")
+    ax = axes[3]
+    ax.plot(s["window_s"], s["output_tok_s"], color=_RED, linewidth=1.2)
+    ax.set_ylabel("output tokens / s")
+    ax.set_ylim(bottom=0)
+    ax.set_title("Output throughput (tokens delivered to clients)", fontsize=10, loc="left")
+    ax.set_xlabel("simulated time (s)")
+    fig.savefig(path)
+    return s
+
+
+def run_plot_names(result) -> list[str]:
+    """The files `plot_run` writes for this result."""
+    return ["ttft_cdf.png", "tpot_cdf.png", *(f"timeline_{worker}.png" for worker in result.timelines)]
+
+
+def plot_run(result, paths: dict[str, Path]) -> dict[str, dict]:
+    """Every figure of one run; `paths` maps each name of `run_plot_names` to where it goes."""
+    cfg = result.config
+    fleet = " + ".join(f"{role.count}× {name} tp{role.tp}" for name, role in cfg.engine.roles().items())
+    subtitle = f"{cfg.model} on {cfg.gpu}: {fleet}, {cfg.engine.backend}"
+    warmup = cfg.workload.warmup_requests
+    data = {
+        "ttft_cdf.png": plot_cdf(ttft_ms(result.requests, warmup), paths["ttft_cdf.png"], "TTFT",
+                                 cfg.slo.ttft_ms, subtitle),
+        "tpot_cdf.png": plot_cdf(tpot_ms(result.requests, warmup), paths["tpot_cdf.png"], "TPOT",
+                                 cfg.slo.tpot_ms, subtitle),
+    }
+    for worker, timeline in result.timelines.items():
+        name = f"timeline_{worker}.png"
+        data[name] = plot_worker_timeline(worker, timeline, paths[name], subtitle)
+    return data
+
+
+# --------------------------------------------------------------------------- sweeps
+
+
+def plot_pareto(points: list[dict], frontier: list[int], path: Path, title: str,
+                min_interactivity: float | None = None, best: int | None = None) -> dict[str, Any]:
+    """Throughput per GPU against tokens per second per user, one dot per trial.
+
+    `points` are dicts with `trial_id`, `x` (tok/s/user), `y` (output tok/s per GPU),
+    `ok` (meets the SLOs) and `label`; `frontier` lists the trial ids on the Pareto
+    frontier; `min_interactivity` draws the TPOT SLO as a vertical line.
+    """
+    fig, (ax,) = _figure(8.0, 5.2)
+    by_id = {p["trial_id"]: p for p in points}
+    for ok, colour, label in ((False, _GREY, "misses the SLOs"), (True, _BLUE, "meets the SLOs")):
+        chosen = [p for p in points if p["ok"] == ok]
+        if chosen:
+            ax.scatter([p["x"] for p in chosen], [p["y"] for p in chosen], s=18, color=colour, alpha=0.7,
+                       label=f"{label} ({len(chosen)})", zorder=2)
+    front = [by_id[t] for t in frontier]
+    if front:
+        ax.plot([p["x"] for p in front], [p["y"] for p in front], color=_ORANGE, linewidth=1.8,
+                marker="o", markersize=5, label="Pareto frontier", zorder=3)
+        for p in front:
+            ax.annotate(p["label"], (p["x"], p["y"]), xytext=(5, 4), textcoords="offset points", fontsize=7,
+                        color="#333333")
+    if best is not None and best in by_id:
+        b = by_id[best]
+        ax.scatter([b["x"]], [b["y"]], s=220, marker="*", color=_RED, zorder=4, label=f"recommended (trial {best})")
+    if min_interactivity is not None:
+        ax.axvline(min_interactivity, color=_RED, linestyle="--", linewidth=1,
+                   label=f"TPOT SLO ({min_interactivity:,.1f} tok/s/user)")
+    ax.set_xlabel("interactivity: output tokens / s per user (1000 / median TPOT ms)")
+    ax.set_ylabel("throughput: output tokens / s per GPU")
+    ax.set_title(title, fontsize=11)
+    ax.set_xlim(left=0)
+    ax.set_ylim(bottom=0)
+    if points:
+        ax.legend(loc="upper right", fontsize=8)
+    fig.savefig(path)
+    return {"x": [p["x"] for p in points], "y": [p["y"] for p in points], "frontier": list(frontier)}
