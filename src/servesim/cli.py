@@ -191,9 +191,96 @@ def bench(ctx: typer.Context) -> None:
     raise typer.Exit(bench_main(list(ctx.args)))
 
 
+# --------------------------------------------------------------------------- sweep and recommend
+
+_WORKERS_HELP = "Local worker processes (default: one per CPU; 1 runs trials in this process)."
+_RAY_HELP = ("Run trials on Ray: a cluster at ADDRESS, or a local Ray instance when no address follows "
+             "(needs servesim[ray]).")
+
+
+def _run_sweep_command(base: dict, space, out: Path, workers: Optional[int], ray: Optional[str], resume: bool,
+                       top: int, quiet: bool, title: str) -> None:
+    """Run a sweep, print its table and recommendation, write its files; exit 1 without a recommendation."""
+    from servesim.sweep.executor import make_executor
+    from servesim.sweep.progress import SweepProgress
+    from servesim.sweep.report import build_report, print_report, write_outputs
+    from servesim.sweep.runner import run_sweep
+
+    if workers is not None and workers < 1:
+        raise ServesimError(f"--workers must be at least 1, got {workers}")
+    executor = make_executor(workers, None if ray in (None, RAY_LOCAL) else ray, ray is not None)
+    progress = SweepProgress(enabled=not quiet and sys.stderr.isatty())
+    try:
+        result = run_sweep(base, space, out, executor, resume, progress)
+    except KeyboardInterrupt:
+        progress.close()
+        executor.abort()
+        sys.stderr.write(f"interrupted; finished trials are kept in {out}/trials.sqlite: "
+                         "rerun with --resume to run the rest\n")
+        raise typer.Exit(130) from None
+    finally:
+        progress.close()
+        executor.close()
+    try:
+        if result.lost:
+            sys.stderr.write(f"error: {len(result.lost)} trials were lost (a worker died); the others are kept in "
+                             f"{out}/trials.sqlite: rerun with --resume to run the lost ones\n")
+            raise typer.Exit(1)
+        report = build_report(result)
+        write_outputs(result, report, out, title)
+        if not quiet:
+            print_report(result, report, top)
+            sys.stdout.write(f"wrote {out}/trials.sqlite, trials.csv, pareto.png"
+                             + (", best.yaml" if report.best else "") + "\n")
+    finally:
+        result.store.close()
+    if report.best is None:
+        raise typer.Exit(1)
+
+
+@app.command()
+def sweep(
+    config: Annotated[Path, typer.Argument(help="Base YAML config every trial starts from.")],
+    space: Annotated[Path, typer.Option("--space", help="YAML space file: parameters, search, constraints, "
+                                        "objective, slo (docs/sweeps.md).")],
+    out: Annotated[Optional[Path], typer.Option("--out", help="Folder for trials.sqlite, trials.csv, "
+                                                "pareto.png and best.yaml (default: sweeps/<space name>).")] = None,
+    workers: Annotated[Optional[int], typer.Option("--workers", help=_WORKERS_HELP)] = None,
+    ray: Annotated[Optional[str], typer.Option("--ray", metavar="[ADDRESS]", help=_RAY_HELP)] = None,
+    resume: Annotated[bool, typer.Option("--resume", help="Continue the sweep in --out: run only the trials "
+                                         "it lacks.")] = False,
+    top: Annotated[int, typer.Option("--top", help="Rows of the ranked table.")] = 10,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing but errors.")] = False,
+) -> None:
+    """Simulate many deployments of one workload and recommend the best that meets the SLOs."""
+    try:
+        from servesim.sweep.runner import load_base
+        from servesim.sweep.space import load_space
+
+        parsed = load_space(space)
+        base = load_base(config)
+        out = out if out is not None else Path("sweeps") / space.stem
+        _run_sweep_command(base, parsed, out, workers, ray, resume, top, quiet,
+                           title=f"{config.name} over {space.name}")
+    except ServesimError as err:
+        _fail(str(err))
+
+
+RAY_LOCAL = "local"
+
+
+def _optional_ray_address(argv: list[str]) -> list[str]:
+    """`--ray` with no address after it (last, or before another option) means a local Ray instance."""
+    out = list(argv)
+    for i, arg in enumerate(out):
+        if arg == "--ray" and (i + 1 == len(out) or out[i + 1].startswith("-")):
+            out[i] = f"--ray={RAY_LOCAL}"
+    return out
+
+
 def main() -> None:
     try:
-        app()
+        app(args=_optional_ray_address(sys.argv[1:]))
     except ServesimError as err:  # raised outside a command, e.g. while parsing options
         sys.stderr.write(f"error: {err}\n")
         sys.exit(2)

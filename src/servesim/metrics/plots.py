@@ -196,7 +196,7 @@ def plot_pareto(points: list[dict], frontier: list[int], path: Path, title: str,
     `ok` (meets the SLOs) and `label`; `frontier` lists the trial ids on the Pareto
     frontier; `min_interactivity` draws the TPOT SLO as a vertical line.
     """
-    fig, (ax,) = _figure(8.0, 5.2)
+    fig, (ax,) = _figure(8.0, 5.6)
     by_id = {p["trial_id"]: p for p in points}
     for ok, colour, label in ((False, _GREY, "misses the SLOs"), (True, _BLUE, "meets the SLOs")):
         chosen = [p for p in points if p["ok"] == ok]
@@ -219,9 +219,10 @@ def plot_pareto(points: list[dict], frontier: list[int], path: Path, title: str,
     ax.set_xlabel("interactivity: output tokens / s per user (1000 / median TPOT ms)")
     ax.set_ylabel("throughput: output tokens / s per GPU")
     ax.set_title(title, fontsize=11)
-    ax.set_xlim(left=0)
-    ax.set_ylim(bottom=0)
+    xs = [p["x"] for p in points] + ([min_interactivity] if min_interactivity else [])
+    ax.set_xlim(0, 1.12 * max(xs) if xs else 1)
+    ax.set_ylim(0, 1.12 * max(p["y"] for p in points) if points else 1)
     if points:
-        ax.legend(loc="upper right", fontsize=8)
+        fig.legend(loc="outside lower center", ncols=3, fontsize=8, frameon=False)
     fig.savefig(path)
     return {"x": [p["x"] for p in points], "y": [p["y"] for p in points], "frontier": list(frontier)}
