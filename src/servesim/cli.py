@@ -199,7 +199,7 @@ _RAY_HELP = ("Run trials on Ray: a cluster at ADDRESS, or a local Ray instance w
 
 
 def _run_sweep_command(base: dict, space, out: Path, workers: Optional[int], ray: Optional[str], resume: bool,
-                       top: int, quiet: bool, title: str) -> None:
+                       top: int, quiet: bool, title: str, extra_files: Optional[dict[str, str]] = None) -> None:
     """Run a sweep, print its table and recommendation, write its files; exit 1 without a recommendation."""
     from servesim.sweep.executor import make_executor
     from servesim.sweep.progress import SweepProgress
@@ -227,7 +227,7 @@ def _run_sweep_command(base: dict, space, out: Path, workers: Optional[int], ray
                              f"{out}/trials.sqlite: rerun with --resume to run the lost ones\n")
             raise typer.Exit(1)
         report = build_report(result)
-        write_outputs(result, report, out, title)
+        write_outputs(result, report, out, title, extra_files)
         if not quiet:
             print_report(result, report, top)
             sys.stdout.write(f"wrote {out}/trials.sqlite, trials.csv, pareto.png"
@@ -262,6 +262,45 @@ def sweep(
         out = out if out is not None else Path("sweeps") / space.stem
         _run_sweep_command(base, parsed, out, workers, ray, resume, top, quiet,
                            title=f"{config.name} over {space.name}")
+    except ServesimError as err:
+        _fail(str(err))
+
+
+@app.command()
+def recommend(
+    model: Annotated[str, typer.Option("--model", help="Model from the catalogue (servesim models).")],
+    gpu: Annotated[str, typer.Option("--gpu", help="GPU type from the catalogue (servesim gpus).")],
+    gpus: Annotated[int, typer.Option("--gpus", help="GPU budget: the most GPUs a deployment may use.")],
+    workload: Annotated[str, typer.Option("--workload", help="A trace file, a YAML workload, or "
+                                          "requests=N,input=L,output=L,rate=R (or concurrency=C).")],
+    slo: Annotated[str, typer.Option("--slo", help="Latency targets: ttft_ms=...,tpot_ms=...[,e2e_ms=...]"
+                                     "[,percentile=50|90|99] (default percentile 90).")],
+    backend: Annotated[str, typer.Option("--backend", help="Engine: vllm, sglang or trtllm.")] = "vllm",
+    max_requests: Annotated[int, typer.Option("--max-requests", help="Use at most the first N requests "
+                                              "of a trace.")] = 2000,
+    gpus_per_node: Annotated[int, typer.Option("--gpus-per-node", help="No worker spans more GPUs than "
+                                               "this.")] = 8,
+    out: Annotated[Optional[Path], typer.Option("--out", help="Output folder (default: "
+                                                "sweeps/recommend-<model>-<gpu>-<N>gpus).")] = None,
+    workers: Annotated[Optional[int], typer.Option("--workers", help=_WORKERS_HELP)] = None,
+    ray: Annotated[Optional[str], typer.Option("--ray", metavar="[ADDRESS]", help=_RAY_HELP)] = None,
+    resume: Annotated[bool, typer.Option("--resume", help="Continue the sweep in --out.")] = False,
+    top: Annotated[int, typer.Option("--top", help="Rows of the ranked table.")] = 10,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing but errors.")] = False,
+) -> None:
+    """Which deployment should I run? Sweep a default space for this model, GPU budget, workload and SLOs."""
+    try:
+        from servesim.sweep.recommend import build
+        from servesim.yaml_io import dump_yaml
+
+        base, space, notes = build(model, gpu, gpus, workload, slo, backend, max_requests, gpus_per_node)
+        out = out if out is not None else Path("sweeps") / f"recommend-{base['model']}-{base['gpu']}-{gpus}gpus"
+        if not quiet:
+            for note in notes:
+                sys.stdout.write(f"{note}\n")
+        files = {"base.yaml": dump_yaml(base), "space.yaml": dump_yaml(space.model_dump(mode="json"))}
+        _run_sweep_command(base, space, out, workers, ray, resume, top, quiet,
+                           title=f"{base['model']} on up to {gpus}× {base['gpu']}", extra_files=files)
     except ServesimError as err:
         _fail(str(err))
 

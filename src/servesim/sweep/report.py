@@ -54,8 +54,9 @@ def _points(rows: list[dict]) -> list[tuple[int, float, float]]:
 # --------------------------------------------------------------------------- files
 
 
-def write_outputs(result: SweepResult, report: Report, out: Path, title: str) -> list[Path]:
-    """trials.csv, pareto.png and (when a trial meets the SLOs) best.yaml, atomically."""
+def write_outputs(result: SweepResult, report: Report, out: Path, title: str,
+                  extra_files: dict[str, str] | None = None) -> list[Path]:
+    """trials.csv, pareto.png, (when a trial meets the SLOs) best.yaml and `extra_files`, atomically."""
     from servesim.metrics.plots import plot_pareto
 
     files = AtomicFiles()
@@ -72,6 +73,9 @@ def write_outputs(result: SweepResult, report: Report, out: Path, title: str) ->
         if report.best is not None:
             files.path_for(out / "best.yaml").write_text(best_yaml(result, report.best, report))
             written.append(out / "best.yaml")
+        for name, text in (extra_files or {}).items():
+            files.path_for(out / name).write_text(text)
+            written.append(out / name)
         files.commit()
     except BaseException:
         files.abort()

@@ -108,7 +108,7 @@ class TrialStore:
     @staticmethod
     def _row(values: dict) -> dict:
         summary = values.get("summary_json")
-        return {**{k: values.get(k) for k in _FIXED},
+        return {**{k: values.get(k) for k in _FIXED if k != "summary_json"},
                 "overrides": json.loads(values["overrides"]),
                 "summary": None if summary is None else json.loads(summary)}
 

@@ -203,13 +203,13 @@ class Trial:
 
 def workload_size(base: dict) -> int:
     """How many requests the base workload sends."""
-    from servesim.resolve import resolve
     from servesim.workload.trace import load_trace
 
-    run = resolve(load_config(base))
-    workload = run.config.workload
-    if run.trace_path is not None:
-        return len(load_trace(run.trace_path, workload.format, workload.max_requests)[0])
+    loaded = load_config(base)
+    workload = loaded.config.workload
+    path = loaded.trace_path()
+    if path is not None:
+        return len(load_trace(path, workload.format, workload.max_requests)[0])
     return min(workload.synthetic.num_requests, workload.max_requests or 1 << 62)
 
 
