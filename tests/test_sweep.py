@@ -265,3 +265,24 @@ def test_interrupted_sweep_resumes_with_only_the_missing_trials(tmp_path):
     assert stored(resumed) == stored(whole)
     for result in (resumed, whole):
         result.store.close()
+
+
+def test_ray_option_takes_an_optional_address():
+    from servesim.cli import _optional_ray_address
+
+    assert _optional_ray_address(["sweep", "c.yaml", "--ray"]) == ["sweep", "c.yaml", "--ray=local"]
+    assert _optional_ray_address(["sweep", "--ray", "--resume"]) == ["sweep", "--ray=local", "--resume"]
+    assert _optional_ray_address(["sweep", "--ray", "auto"]) == ["sweep", "--ray", "auto"]
+
+
+def test_the_documented_example_space_parses_to_what_docs_say():
+    from pathlib import Path
+
+    from servesim.sweep.runner import load_base
+    from servesim.sweep.space import load_space
+
+    examples = Path(__file__).resolve().parents[1] / "docs" / "examples"
+    plan = Plan(load_base(examples / "sweep_base.yaml"), load_space(examples / "sweep_space.yaml"))
+    # 4 layouts × TP 1, 2 × 3 limits = 24; 2× agg TP2 (4 GPUs) stays, 1P+2D at TP2 (6 GPUs) does not.
+    assert len(plan.candidates) == 21 and plan.skipped["over_gpu_budget"] == 3
+    assert plan.budgets == [100, 200, None] and plan.sizes == [21, 11, 6]

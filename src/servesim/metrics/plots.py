@@ -207,9 +207,12 @@ def plot_pareto(points: list[dict], frontier: list[int], path: Path, title: str,
     if front:
         ax.plot([p["x"] for p in front], [p["y"] for p in front], color=_ORANGE, linewidth=1.8,
                 marker="o", markersize=5, label="Pareto frontier", zorder=3)
-        for p in front:
-            ax.annotate(p["label"], (p["x"], p["y"]), xytext=(5, 4), textcoords="offset points", fontsize=7,
-                        color="#333333")
+        previous = None
+        for p in front:   # one label per run of frontier points with the same fleet
+            if p["label"] != previous:
+                ax.annotate(p["label"], (p["x"], p["y"]), xytext=(6, 5), textcoords="offset points", fontsize=7.5,
+                            color="#333333")
+            previous = p["label"]
     if best is not None and best in by_id:
         b = by_id[best]
         ax.scatter([b["x"]], [b["y"]], s=220, marker="*", color=_RED, zorder=4, label=f"recommended (trial {best})")

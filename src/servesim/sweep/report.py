@@ -14,7 +14,7 @@ from pathlib import Path
 from servesim.metrics.output import AtomicFiles
 from servesim.sweep.objective import OBJECTIVE_LABELS, derived_metrics, pareto_frontier
 from servesim.sweep.runner import SweepResult
-from servesim.sweep.trials import apply_overrides, describe_overrides, fleet_label
+from servesim.sweep.trials import apply_overrides, fleet_label
 from servesim.yaml_io import dump_yaml
 
 
@@ -98,7 +98,7 @@ def _write_trials_csv(result: SweepResult, path: Path) -> None:
             derived = derived_metrics(row["summary"]) if row and row["summary"] else {}
             writer.writerow([trial_id, int(judge.meets(row)) if row else "",
                              fleet_label(apply_overrides(result.plan.base, candidate.overrides)),
-                             describe_overrides(candidate.overrides)]
+                             result.plan.describe(candidate)]
                             + ["" if derived.get(k) is None else f"{derived[k]:.6g}"
                                for k in ("goodput_per_gpu", "throughput_per_gpu", "tok_s_per_user")]
                             + ["" if record[i] is None else record[i] for i in keep if names[i] != "trial_id"])
@@ -144,7 +144,7 @@ def explain(result: SweepResult, report: Report) -> list[str]:
     best = report.best
     s = best["summary"]
     d = derived_metrics(s)
-    params = describe_overrides(result.plan.candidates[best["candidate"]].overrides)
+    params = result.plan.describe(result.plan.candidates[best["candidate"]])
     latency = ", ".join(f"{label} {_fmt(s.get(key), 0)} ms (SLO {limit:g})" for key, label, limit in judge.targets())
     out = [f"Recommended: trial {best['trial_id']}, {report.labels[best['trial_id']]} on {_gpus(s['gpus'])}"
            + (f", {params}" if params else "") + ".",
@@ -193,7 +193,7 @@ def print_report(result: SweepResult, report: Report, top: int = 10, console=Non
         ttft_key = "median_ttft_ms" if pct == 50 else f"p{pct}_ttft_ms"
         tpot_key = "median_tpot_ms" if pct == 50 else f"p{pct}_tpot_ms"
         table.add_row(str(rank), str(row["trial_id"]), report.labels[row["trial_id"]],
-                      describe_overrides(plan.candidates[row["candidate"]].overrides), str(s["gpus"]),
+                      plan.describe(plan.candidates[row["candidate"]]), str(s["gpus"]),
                       _fmt(d["goodput_per_gpu"], 3), _fmt(d["throughput_per_gpu"], 0), _fmt(d["tok_s_per_user"], 1),
                       _fmt(s.get(ttft_key), 0), _fmt(s.get(tpot_key), 1))
     if meeting:

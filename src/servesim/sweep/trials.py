@@ -88,11 +88,11 @@ def fleet_label(config: dict) -> str:
     return " + ".join(parts)
 
 
-def describe_overrides(overrides: Sequence[Override]) -> str:
-    """The scalar overrides as `name=value`, named by their last path segment."""
+def describe_overrides(overrides: Sequence[Override], varying: set[str] | None = None) -> str:
+    """The scalar overrides as `name=value`, named by their last path segment (only `varying` paths)."""
     parts = []
     for path, value in overrides:
-        if isinstance(value, (dict, list)):
+        if isinstance(value, (dict, list)) or (varying is not None and path not in varying):
             continue
         name = path.rsplit(".", 1)[-1]
         if name in ("tp", "count"):
@@ -234,6 +234,15 @@ class Plan:
         for _ in self.budgets[1:]:
             self.sizes.append(max(1, math.ceil(self.sizes[-1] / halving.eta)))
         self.first_ids = [sum(self.sizes[:i]) for i in range(len(self.sizes))]
+
+    @property
+    def varying(self) -> set[str]:
+        """Parameters with more than one value (the others are the same in every trial)."""
+        return {path for path, param in self.space.parameters.items()
+                if parameter_values(param) is None or len(parameter_values(param)) > 1}
+
+    def describe(self, candidate: Candidate) -> str:
+        return describe_overrides(candidate.overrides, self.varying)
 
     @property
     def total_trials(self) -> int:
