@@ -133,6 +133,13 @@ def test_overrides_replace_subtrees_then_reach_into_them():
     assert BASE["engine"]["workers"]["aggregated"].get("tp") is None   # the base is untouched
     with pytest.raises(ServesimError, match="matches nothing"):
         apply_overrides({"engine": {}}, [("engine.workers.*.tp", 4)])
+    # A mapping reused in a value (or a YAML anchor in the base) is copied apart, role by role.
+    shared = {"max_num_seqs": 4}
+    config = apply_overrides(BASE, [("engine.workers", {"prefill": {"scheduler": shared},
+                                                          "decode": {"scheduler": shared}})])
+    workers = config["engine"]["workers"]
+    assert workers["prefill"]["scheduler"] == workers["decode"]["scheduler"]
+    assert workers["prefill"]["scheduler"] is not workers["decode"]["scheduler"]
 
 
 # --------------------------------------------------------------------------- judging

@@ -201,6 +201,7 @@ def test_recommend_meets_its_slos_in_its_own_simulation(tmp_path):
     assert {"aggregated": {"tp": 1, "scheduler": {"max_model_len": 4096}, "count": 2}} in layouts
     assert any("prefill" in layout for layout in layouts)
     assert space["constraints"] == {"max_gpus": 2, "gpus_per_node": 8}
+    assert "&id" not in (out / "best.yaml").read_text()   # plain YAML, no anchors
     best = yaml.safe_load((out / "best.yaml").read_text())
     assert best["engine"]["timing"] == {"kind": "roofline"}
     result = servesim.simulate(str(out / "best.yaml"))

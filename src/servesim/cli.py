@@ -195,7 +195,7 @@ def bench(ctx: typer.Context) -> None:
 
 _WORKERS_HELP = "Local worker processes (default: one per CPU; 1 runs trials in this process)."
 _RAY_HELP = ("Run trials on Ray: a cluster at ADDRESS, or a local Ray instance when no address follows "
-             "(needs servesim[ray]).")
+             "(needs servesim\\[ray]).")
 
 
 def _run_sweep_command(base: dict, space, out: Path, workers: Optional[int], ray: Optional[str], resume: bool,

@@ -206,12 +206,15 @@ def plot_pareto(points: list[dict], frontier: list[int], path: Path, title: str,
     front = [by_id[t] for t in frontier]
     if front:
         ax.plot([p["x"] for p in front], [p["y"] for p in front], color=_ORANGE, linewidth=1.8,
-                marker="o", markersize=5, label="Pareto frontier", zorder=3)
-        previous = None
-        for p in front:   # one label per run of frontier points with the same fleet
+                label="Pareto frontier", zorder=1)
+        ax.scatter([p["x"] for p in front], [p["y"] for p in front], s=70, facecolors="none",
+                   edgecolors=_ORANGE, linewidths=1.5, zorder=3)
+        previous, placed = None, 0
+        for p in front:   # one label per run of frontier points with the same fleet, above and below in turn
             if p["label"] != previous:
-                ax.annotate(p["label"], (p["x"], p["y"]), xytext=(6, 5), textcoords="offset points", fontsize=7.5,
-                            color="#333333")
+                ax.annotate(p["label"], (p["x"], p["y"]), xytext=(7, 6 if placed % 2 == 0 else -13),
+                            textcoords="offset points", fontsize=7.5, color="#333333")
+                placed += 1
             previous = p["label"]
     if best is not None and best in by_id:
         b = by_id[best]

@@ -2,23 +2,20 @@
 
 from __future__ import annotations
 
-from servesim.sweep.objective import derived_metrics
-
-
 def best_text(judge, row: dict | None) -> str:
+    """`best #17 1.234 req/s/GPU ✓SLOs` (short: it shares a line with the bar; ✗ when it misses them)."""
     if row is None:
-        return "none yet"
+        return "best: none yet"
     score = judge.score(row)
-    if judge.objective.kind == "min_gpus":
+    if score is None:
+        value = "n/a"
+    elif judge.objective.kind == "min_gpus":
         value = f"{score} GPUs"
     elif judge.objective.kind == "throughput_per_gpu":
-        value = f"{score:,.0f} tok/s/GPU" if score is not None else "n/a"
+        value = f"{score:,.0f} tok/s/GPU"
     else:
-        value = f"{score:,.3f} req/s/GPU" if score is not None else "n/a"
-    slo = "meets SLOs" if judge.meets(row) else "misses SLOs"
-    if row["status"] == "ok" and derived_metrics(row["summary"])["tok_s_per_user"] is not None:
-        value += f", {derived_metrics(row['summary'])['tok_s_per_user']:,.0f} tok/s/user"
-    return f"trial {row['trial_id']}: {value} ({slo})"
+        value = f"{score:,.3f} req/s/GPU"
+    return f"best #{row['trial_id']} {value} {'✓' if judge.meets(row) else '✗'}SLOs"
 
 
 class SweepProgress:
@@ -32,11 +29,10 @@ class SweepProgress:
             return
         text = best_text(judge, best)
         if self._bar is None:
-            from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
-                                       TimeRemainingColumn)
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-            self._bar = Progress(TextColumn("trials"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                                 TextColumn("ETA"), TimeRemainingColumn(), TextColumn("best {task.fields[best]}"),
+            self._bar = Progress(TextColumn("trials"), BarColumn(bar_width=12), MofNCompleteColumn(),
+                                 TextColumn("ETA"), TimeRemainingColumn(), TextColumn("{task.fields[best]}"),
                                  transient=True)
             self._bar.start()
             # Trials found done are the starting point, not speed: the ETA counts only this run's pace.

@@ -15,6 +15,7 @@ edited and rerun with `servesim sweep`):
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -82,7 +83,7 @@ def parse_workload(text: str) -> dict:
             if not isinstance(data, dict):
                 raise ServesimError(f"{path}: expected a workload mapping (or a config with a workload key)")
             if isinstance(data.get("trace"), str):
-                data["trace"] = str(path.resolve().parent / data["trace"])
+                data["trace"] = os.path.normpath(path.resolve().parent / Path(data["trace"]).expanduser())
             return data
         return {"trace": str(path.resolve()), "client": {"mode": "open_loop"}}
     if "=" not in text:
@@ -146,9 +147,10 @@ def _layouts(tps: list[int], gpus: int, backend: str, context: int) -> list[dict
     out = []
     for tp in tps:
         workers = gpus // tp
-        role = {"tp": tp, "scheduler": {KNOBS[backend][2]: context}}
+        def role(count: int) -> dict:
+            return {"count": count, "tp": tp, "scheduler": {KNOBS[backend][2]: context}}
         replicas = sorted({r for r in (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, workers) if r <= workers})
-        out += [{"aggregated": dict(role, count=r)} for r in replicas]
+        out += [{"aggregated": role(r)} for r in replicas]
         pairs: list[tuple[int, int]] = []
         for p, d in PD_RATIOS:
             scale = 1
@@ -156,7 +158,7 @@ def _layouts(tps: list[int], gpus: int, backend: str, context: int) -> list[dict
                 if (p * scale, d * scale) not in pairs:
                     pairs.append((p * scale, d * scale))
                 scale *= 2
-        out += [{"prefill": dict(role, count=p), "decode": dict(role, count=d)} for p, d in sorted(pairs)]
+        out += [{"prefill": role(p), "decode": role(d)} for p, d in sorted(pairs)]
     return out
 
 

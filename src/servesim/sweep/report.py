@@ -65,7 +65,8 @@ def write_outputs(result: SweepResult, report: Report, out: Path, title: str,
         _write_trials_csv(result, files.path_for(out / "trials.csv"))
         judge = result.judge
         points = [{"trial_id": tid, "x": x, "y": y, "ok": judge.meets(result.rows[tid]),
-                   "label": report.labels[tid]} for tid, x, y in _points(result.final_rows())]
+                   "label": f"{report.labels[tid]}, {result.rows[tid]['summary']['gpus']} GPUs"}
+                  for tid, x, y in _points(result.final_rows())]
         tpot = judge.slo.tpot_ms
         plot_pareto(points, report.frontier, files.path_for(out / "pareto.png"), title,
                     min_interactivity=1e3 / tpot if tpot else None,
@@ -154,10 +155,11 @@ def explain(result: SweepResult, report: Report) -> list[str]:
            f"output tok/s per GPU at {_fmt(d['tok_s_per_user'], 1)} tok/s per user; the best {objective} of "
            f"{len(meeting)} configurations meeting the SLOs, out of {len(rows)} run on the whole workload"
            + (f" ({failed} failed to run)" if failed else "") + "."]
-    if len(meeting) > 1:
-        second = meeting[1]
+    label = report.labels[best["trial_id"]]
+    second = next((r for r in meeting if report.labels[r["trial_id"]] != label), None)
+    if second is not None:
         d2 = derived_metrics(second["summary"])
-        out.append(f"Runner-up: trial {second['trial_id']}, {report.labels[second['trial_id']]} "
+        out.append(f"Best other fleet: trial {second['trial_id']}, {report.labels[second['trial_id']]} "
                    f"on {_gpus(second['summary']['gpus'])}, {_fmt(d2['goodput_per_gpu'], 3)} req/s goodput and "
                    f"{_fmt(d2['throughput_per_gpu'], 0)} output tok/s per GPU at {_fmt(d2['tok_s_per_user'], 1)} "
                    "tok/s per user.")
@@ -170,7 +172,7 @@ def print_report(result: SweepResult, report: Report, top: int = 10, console=Non
 
     import sys
 
-    console = console or Console(highlight=False, width=None if sys.stdout.isatty() else 150)
+    console = console or Console(highlight=False, width=None if sys.stdout.isatty() else 170)
     judge = result.judge
     pct = judge.slo.percentile
     plan = result.plan
@@ -182,20 +184,30 @@ def print_report(result: SweepResult, report: Report, top: int = 10, console=Non
                   + f"; {result.ran} run now, {result.reused} found done.", style="dim")
     table = Table(title=f"Best configurations meeting the SLOs ({_slo_text(result)}), by "
                         f"{OBJECTIVE_LABELS[judge.objective.kind]}",
-                  caption="goodput/GPU in req/s; tok/s/GPU: output tokens; latencies in ms")
+                  caption="goodput/GPU in req/s; tok/s/GPU: output tokens; latencies in ms; "
+                          "+N alike: N more trials of that fleet with the same figures")
     for column in ("#", "trial", "fleet", "params", "GPUs", "goodput/GPU", "tok/s/GPU", "tok/s/user",
                    f"p{pct} TTFT", f"p{pct} TPOT"):
         table.add_column(column, justify="left" if column in ("fleet", "params") else "right")
     meeting = [r for r in report.ranked if judge.meets(r)]
-    for rank, row in enumerate(meeting[:top], 1):
+    ttft_key = "median_ttft_ms" if pct == 50 else f"p{pct}_ttft_ms"
+    tpot_key = "median_tpot_ms" if pct == 50 else f"p{pct}_tpot_ms"
+    shown: dict[tuple, list] = {}   # what a row displays -> [row cells, trials alike]
+    for row in meeting:
         s = row["summary"]
         d = derived_metrics(s)
-        ttft_key = "median_ttft_ms" if pct == 50 else f"p{pct}_ttft_ms"
-        tpot_key = "median_tpot_ms" if pct == 50 else f"p{pct}_tpot_ms"
-        table.add_row(str(rank), str(row["trial_id"]), report.labels[row["trial_id"]],
-                      plan.describe(plan.candidates[row["candidate"]]), str(s["gpus"]),
-                      _fmt(d["goodput_per_gpu"], 3), _fmt(d["throughput_per_gpu"], 0), _fmt(d["tok_s_per_user"], 1),
-                      _fmt(s.get(ttft_key), 0), _fmt(s.get(tpot_key), 1))
+        figures = (report.labels[row["trial_id"]], str(s["gpus"]), _fmt(d["goodput_per_gpu"], 3),
+                   _fmt(d["throughput_per_gpu"], 0), _fmt(d["tok_s_per_user"], 1), _fmt(s.get(ttft_key), 0),
+                   _fmt(s.get(tpot_key), 1))
+        if figures in shown:
+            shown[figures][1] += 1
+        elif len(shown) < top:
+            shown[figures] = [[str(row["trial_id"]), figures[0], plan.describe(plan.candidates[row["candidate"]]),
+                               *figures[1:]], 0]
+    for rank, (cells, alike) in enumerate(shown.values(), 1):
+        if alike:
+            cells[2] += f" (+{alike} alike)"
+        table.add_row(str(rank), *cells)
     if meeting:
         console.print(table)
     frontier = ", ".join(f"{tid} ({report.labels[tid]})" for tid in report.frontier)

@@ -9,6 +9,7 @@ base config, the space and the seed — not on worker timing, nor on interruptio
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -73,15 +74,15 @@ def load_base(path: Path) -> dict:
     workload = data.get("workload")
     if isinstance(workload, dict):
         if isinstance(workload.get("trace"), str):
-            workload["trace"] = str(folder / Path(workload["trace"]).expanduser())
+            workload["trace"] = os.path.normpath(folder / Path(workload["trace"]).expanduser())
             if not Path(workload["trace"]).is_file():
                 raise ServesimError(f"{path}: workload.trace {workload['trace']} does not exist")
         synthetic = workload.get("synthetic")
         if isinstance(synthetic, dict) and isinstance(synthetic.get("lengths_from"), str):
-            synthetic["lengths_from"] = str(folder / Path(synthetic["lengths_from"]).expanduser())
+            synthetic["lengths_from"] = os.path.normpath(folder / Path(synthetic["lengths_from"]).expanduser())
     model = data.get("model")
     if isinstance(model, str) and model.endswith(".json"):
-        data["model"] = str(folder / Path(model).expanduser())
+        data["model"] = os.path.normpath(folder / Path(model).expanduser())
     return data
 
 

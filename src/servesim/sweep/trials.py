@@ -9,7 +9,6 @@ candidates in order, each later rung's are the promoted candidates in candidate 
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import itertools
 import json
@@ -37,7 +36,7 @@ def _set_path(node: Any, keys: list[str], value: Any, path: str) -> int:
             return 0
         return sum(_set_path(node, [name, *rest], value, path) for name in list(node) if node[name] is not None)
     if not rest:
-        node[key] = copy.deepcopy(value)
+        node[key] = plain_copy(value)
         return 1
     child = node.get(key)
     if child is None:
@@ -47,13 +46,23 @@ def _set_path(node: Any, keys: list[str], value: Any, path: str) -> int:
     return _set_path(child, rest, value, path)
 
 
+def plain_copy(value: Any) -> Any:
+    """A deep copy in which no two places share a mapping or list (YAML anchors, reused dicts)."""
+    if isinstance(value, dict):
+        return {key: plain_copy(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [plain_copy(item) for item in value]
+    return value
+
+
 def apply_overrides(base: dict, overrides: Sequence[Override]) -> dict:
     """A copy of `base` with each (dotted path, value) set; a mapping value replaces the subtree.
 
     Shallower paths are applied first (stable otherwise), so `engine.workers` (a whole
-    layout) lands before `engine.workers.*.tp` reaches into it.
+    layout) lands before `engine.workers.*.tp` reaches into it. Nothing in the result is
+    shared, so a `*` path sets each role's own copy.
     """
-    config = copy.deepcopy(base)
+    config = plain_copy(base)
     for path, value in sorted(overrides, key=lambda o: o[0].count(".")):
         if _set_path(config, path.split("."), value, path) == 0:
             raise ServesimError(f"space parameter {path} matches nothing in the config: a * needs the mapping "
@@ -114,7 +123,7 @@ class Candidate:
 
 def prepare_base(base: dict, space: SweepSpace) -> dict:
     """The base config every trial starts from: the sweep's SLOs and request rate applied."""
-    config = copy.deepcopy(base)
+    config = plain_copy(base)
     if space.slo is not None:
         config["slo"] = {"ttft_ms": space.slo.ttft_ms, "tpot_ms": space.slo.tpot_ms, "e2e_ms": space.slo.e2e_ms}
     if isinstance(space.objective, MinGpus) and space.objective.request_rate is not None:
