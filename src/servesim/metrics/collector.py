@@ -135,7 +135,7 @@ class WorkerStats:
         self.passes = 0
         self.requests = 0      # Σ over passes of the requests in the pass
         self.tokens = 0
-        self.output_tokens = 0  # tokens delivered to clients (first tokens included)
+        self.output_tokens = 0  # output tokens sampled (first tokens included)
         self.preemptions = 0
         self.kv_weighted = 0   # Σ of used blocks × time since the last sample
         self.kv_max = 0

@@ -156,7 +156,7 @@ def plot_worker_timeline(worker: str, timeline: dict[str, list], path: Path, sub
     ax.plot(s["window_s"], s["output_tok_s"], color=_RED, linewidth=1.2)
     ax.set_ylabel("output tokens / s")
     ax.set_ylim(bottom=0)
-    ax.set_title("Output throughput (tokens delivered to clients)", fontsize=10, loc="left")
+    ax.set_title("Output throughput (output tokens sampled, first tokens included)", fontsize=10, loc="left")
     ax.set_xlabel("simulated time (s)")
     fig.savefig(path)
     return s
