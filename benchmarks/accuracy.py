@@ -1,9 +1,14 @@
 """Accuracy against measured serving: python benchmarks/accuracy.py [--out predictions.csv] [--only MODEL].
 
-Replays every aggregated row of ../shared/calibration/silicon_calibration.csv whose model
-and GPU are catalogued (client recipe in calibration_rows.py and docs/accuracy.md), with
-the default roofline timing, and prints the median and 90th-percentile absolute
-percentage error of mean TTFT and mean TPOT per (model, GPU, backend) group and overall.
+Replays every row of ../shared/calibration/silicon_calibration.csv whose model and GPU are
+catalogued (aggregated and disaggregated; client recipe in calibration_rows.py and
+docs/accuracy.md) on the row's own backend, with the default roofline timing, and prints
+the median and 90th-percentile absolute percentage error of mean TTFT and mean TPOT per
+(model, GPU, backend, mode) group, per backend and mode, and overall.
+
+`--waves 3` replays 3 requests per user instead of the recipe's 10 and extrapolates the
+means to 10 waves (first wave weighted 1/10, later ones 9/10, as fit_roofline.py does):
+about a third of the cost, within a few percent of the full replay.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from calibration_rows import load_rows, row_config  # noqa: E402
+from fit_roofline import extrapolated_means  # noqa: E402
 
 import servesim  # noqa: E402
 from servesim.errors import ServesimError  # noqa: E402
@@ -33,8 +39,11 @@ def predict(args):
         result = servesim.simulate(row_config(row, requests_per_user))
     except ServesimError as err:
         return index, None, None, str(err), time.perf_counter() - start
-    s = result.summary
-    return index, s["mean_ttft_ms"], s["mean_tpot_ms"], "", time.perf_counter() - start
+    if requests_per_user < 10:
+        ttft, tpot = extrapolated_means(row, result)
+    else:
+        ttft, tpot = result.summary["mean_ttft_ms"], result.summary["mean_tpot_ms"]
+    return index, ttft, tpot, "", time.perf_counter() - start
 
 
 def ape(predicted: float, measured: float) -> float:
@@ -62,10 +71,11 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--out", type=Path, default=Path("accuracy_predictions.csv"))
     parser.add_argument("--only", default="", help="substring of model / gpu / backend to keep")
-    parser.add_argument("--requests-per-user", type=int, default=10)
+    parser.add_argument("--waves", "--requests-per-user", dest="requests_per_user", type=int, default=10)
+    parser.add_argument("--mode", default="all", choices=["agg", "disagg", "all"])
     parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args(argv)
-    rows, skipped = load_rows()
+    rows, skipped = load_rows(mode=args.mode)
     rows = [r for r in rows if args.only in r.group]
     jobs = [(i, r, args.requests_per_user) for i, r in enumerate(rows)]
     results = {}
@@ -74,12 +84,12 @@ def main(argv=None) -> int:
             results[index] = (ttft, tpot, error, wall)
     with open(args.out, "w", newline="") as fh:
         writer = csv.writer(fh)
-        writer.writerow(["id", "model", "gpu", "backend", "precision", "tp", "attention_dp", "ep", "concurrency",
+        writer.writerow(["id", "mode", "model", "gpu", "backend", "precision", "tp", "attention_dp", "ep", "concurrency",
                          "isl", "osl", "silicon_ttft_ms", "predicted_ttft_ms", "silicon_tpot_ms",
                          "predicted_tpot_ms", "error", "wall_s"])
         for i, row in enumerate(rows):
             ttft, tpot, error, wall = results[i]
-            writer.writerow([row.raw["id"], row.model, row.gpu, row.backend, row.precision, row.tp,
+            writer.writerow([row.raw["id"], row.mode, row.model, row.gpu, row.backend, row.precision, row.tp,
                              row.attention_dp, row.ep, row.concurrency, row.isl, row.osl, row.ttft_ms, ttft,
                              row.tpot_ms, tpot, error, f"{wall:.2f}"])
     groups: dict[str, list] = {}
@@ -88,7 +98,7 @@ def main(argv=None) -> int:
     for row, (ttft, tpot, _, _) in ok:
         pair = (ttft, row.ttft_ms, tpot, row.tpot_ms)
         groups.setdefault(row.group, []).append(pair)
-        backends.setdefault(row.backend, []).append(pair)
+        backends.setdefault(f"{row.backend} {row.mode}", []).append(pair)
     print("| group | rows | TTFT median APE % | TTFT p90 APE % | TPOT median APE % | TPOT p90 APE % |")
     print("|---|---|---|---|---|---|")
     for name in sorted(groups):
@@ -101,8 +111,9 @@ def main(argv=None) -> int:
                   if row.model in DENSE and row.backend == "vllm"]
     print(report("dense models (Llama-3.1-8B/70B, Qwen3-32B), all backends", dense))
     print(report("dense models, vLLM rows", dense_vllm))
-    print(report("all catalogued aggregated rows", [(t, rt, p, rp) for (t, rt, p, rp) in
-                                                     [(res[0], r.ttft_ms, res[1], r.tpot_ms) for r, res in ok]]))
+    for mode in ("agg", "disagg"):
+        print(report(f"all catalogued {mode} rows", [(res[0], r.ttft_ms, res[1], r.tpot_ms)
+                                                      for r, res in ok if r.mode == mode]))
     failed = [(r, results[i][2]) for i, r in enumerate(rows) if results[i][0] is None]
     print(f"\n{len(ok)} rows predicted, {len(failed)} failed, {len(skipped)} rows skipped (model or GPU not "
           f"catalogued); total simulator wall {sum(res[3] for res in results.values()):.0f} s; "

@@ -4,7 +4,9 @@ Client recipe (the calibration README's, from InferenceMAX-style sweeps of vLLM'
 benchmark_serving.py): closed loop at the row's concurrency, 10 × concurrency
 requests started at once, input and output lengths uniform in [0.8 × L, L],
 max_num_seqs = the row's batch size (per attention-DP rank), max_num_batched_tokens
-8192, async scheduling on, prefix caching off, --ignore-eos. Metrics cover every
+8192, async scheduling on, prefix caching off, --ignore-eos. Each row runs on its own
+backend's scheduler model (SGLang and TensorRT-LLM limits set to the same values), and
+disaggregated rows as prefill and decode pools of the row's sizes. Metrics cover every
 request, the first wave included, as vllm bench serve reports them.
 
 Rows from the aic-auto-gap-analysis sweeps do not state their client; as the
@@ -29,6 +31,17 @@ CALIBRATION = Path(__file__).resolve().parents[2] / "shared" / "calibration" / "
 
 
 @dataclass
+class RoleShape:
+    """One worker pool of a row: how many workers, their parallelism and batch limit."""
+
+    count: int
+    tp: int
+    attention_dp: int
+    ep: int
+    batch_size: int
+
+
+@dataclass
 class Row:
     raw: dict
     model: str
@@ -45,10 +58,13 @@ class Row:
     ttft_ms: float
     tpot_ms: float
     warm_start: bool   # measured after a warm-up (aic-auto-gap-analysis sweeps): first wave left out
+    mode: str = "agg"
+    roles: dict[str, RoleShape] | None = None   # disaggregated rows: "prefill" and "decode"
 
     @property
     def group(self) -> str:
-        return f"{self.model} | {self.gpu} | {self.backend}"
+        suffix = " / disagg" if self.mode == "disagg" else ""
+        return f"{self.model} / {self.gpu} / {self.backend}{suffix}"
 
 
 def _int(value: str, default: int = 1) -> int:
@@ -71,12 +87,23 @@ def _precision(raw: dict) -> str:
     return "bf16"
 
 
+def _shape(raw: dict, prefix: str, concurrency: int) -> RoleShape:
+    tp = _int(raw.get(f"{prefix}tp_size"))
+    dp = _int(raw.get(f"{prefix}attention_dp_size"))
+    ep = _int(raw.get(f"{prefix}moe_ep_size"))
+    if (tp * dp) % ep:
+        ep = 1
+    batch = _int(raw.get(f"{prefix}batch_size"), 0) or concurrency
+    count = _int(raw.get(f"{prefix}num_workers")) if prefix else 1
+    return RoleShape(count, tp, dp, ep, batch)
+
+
 def load_rows(path: Path = CALIBRATION, mode: str = "agg") -> tuple[list[Row], list[dict]]:
-    """Rows whose model and GPU are catalogued, and the raw rows that were skipped."""
+    """Rows (of `mode`: agg, disagg or all) whose model and GPU are catalogued, and the skipped raw rows."""
     rows, skipped = [], []
     with open(path, newline="") as fh:
         for raw in csv.DictReader(fh):
-            if raw["mode"] != mode:
+            if mode != "all" and raw["mode"] != mode:
                 continue
             try:
                 model = resolve_model(raw["model_path"]).name
@@ -85,42 +112,54 @@ def load_rows(path: Path = CALIBRATION, mode: str = "agg") -> tuple[list[Row], l
                 skipped.append(raw)
                 continue
             match = re.search(r"silicon_concurrency=(\d+)", raw["silicon_data_source"])
-            batch = _int(raw.get("batch_size"), 0)
+            disagg = raw["mode"] == "disagg"
+            batch = _int(raw.get("decode_batch_size" if disagg else "batch_size"), 0)
             concurrency = int(match.group(1)) if match else batch
-            tp = _int(raw.get("tp_size"))
-            dp = _int(raw.get("attention_dp_size"))
-            ep = _int(raw.get("moe_ep_size"))
-            if (tp * dp) % ep:
-                ep = 1
+            roles = ({"prefill": _shape(raw, "prefill_", concurrency), "decode": _shape(raw, "decode_", concurrency)}
+                     if disagg else None)
+            main = roles["decode"] if disagg else _shape(raw, "", concurrency)
             rows.append(Row(raw, model, gpu, raw["backend"], _precision(raw), concurrency, int(raw["isl"]),
-                            int(raw["osl"]), tp, dp, ep, batch or concurrency,
+                            int(raw["osl"]), main.tp, main.attention_dp, main.ep, main.batch_size,
                             float(raw["silicon_ttft_ms"]), float(raw["silicon_tpot_ms"]),
-                            False))
+                            False, raw["mode"], roles))
     return rows, skipped
 
 
+def scheduler_settings(backend: str, batch: int, max_len: int) -> dict:
+    """The recipe's limits in each backend's own settings: batch cap, 8192-token iterations
+    (or the batch, if larger), no prefix cache (the benchmark's prompts are random)."""
+    tokens = max(8192, batch)
+    if backend == "sglang":
+        return {"max_running_requests": batch, "chunked_prefill_size": tokens, "max_prefill_tokens": tokens,
+                "context_length": max_len, "disable_radix_cache": True}
+    if backend == "trtllm":
+        return {"max_batch_size": batch, "max_num_tokens": tokens, "max_seq_len": max_len,
+                "enable_chunked_context": True, "enable_block_reuse": False}
+    return {"max_num_seqs": batch, "max_num_batched_tokens": tokens, "max_model_len": max_len,
+            "enable_prefix_caching": False}
+
+
+def _role(shape: RoleShape, backend: str, max_len: int) -> dict:
+    return {"count": shape.count, "tp": shape.tp, "attention_dp": shape.attention_dp, "ep": shape.ep,
+            "scheduler": scheduler_settings(backend, shape.batch_size * shape.attention_dp, max_len)}
+
+
 def row_config(row: Row, requests_per_user: int = 10, profile: str | None = None) -> dict:
-    """The servesim config that replays one calibration row."""
+    """The servesim config that replays one calibration row, on the row's own backend."""
     timing = {"kind": "roofline", "profile": profile or f"{row.gpu}/{row.backend}"}
     # gpt-oss ships MXFP4 experts and BF16 attention: its "fp4" rows run the checkpoint as is.
     precision = None if row.model == "gpt-oss-120b" and row.precision == "fp4" else row.precision
+    max_len = row.isl + row.osl + 16
+    if row.roles:
+        workers = {name: _role(shape, row.backend, max_len) for name, shape in row.roles.items()}
+    else:
+        workers = {"aggregated": _role(RoleShape(1, row.tp, row.attention_dp, row.ep, row.batch_size),
+                                       row.backend, max_len)}
     return {
         "model": row.model,
         "gpu": row.gpu,
         "precision": precision,
-        "engine": {
-            "backend": "vllm",  # sglang and trtllm rows: vLLM's scheduler, their backend's step-time profile
-            "timing": timing,
-            "workers": {"aggregated": {
-                "tp": row.tp, "attention_dp": row.attention_dp, "ep": row.ep,
-                "scheduler": {
-                    "max_num_seqs": row.batch_size * row.attention_dp,
-                    "max_num_batched_tokens": max(8192, row.batch_size * row.attention_dp),
-                    "max_model_len": row.isl + row.osl + 16,
-                    "enable_prefix_caching": False,
-                },
-            }},
-        },
+        "engine": {"backend": row.backend, "timing": timing, "workers": workers},
         "workload": {
             "synthetic": {
                 "num_requests": requests_per_user * row.concurrency,

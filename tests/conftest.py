@@ -40,6 +40,10 @@ class Run:
     def ttft_ms(self, request_id: int) -> float:
         return self.by_id[request_id].ttft_ns / 1e6
 
+    def ms(self, request_id: int, event: str) -> float:
+        """A request's timestamp in ms: event is first_token, finish, first_scheduled or arrival."""
+        return getattr(self.by_id[request_id], f"{event}_ns") / 1e6
+
     def schedule(self) -> list[dict]:
         """[{request_id: tokens}] per pass."""
         return [{int(k): v for k, v in p["scheduled"].items()} for p in self.passes]
@@ -66,3 +70,18 @@ def run(tmp_path):
     def _run(rows, **kwargs):
         return run_rows(tmp_path, rows, **kwargs)
     return _run
+
+
+def run_backend(tmp_path: Path, rows: list[dict], backend: str, scheduler: dict, pass_ms: float = 10.0,
+                client: dict | None = None, role: dict | None = None, trace_block_size: int = 16) -> Run:
+    """Rows through `backend` with exactly the scheduler settings given (fixed pass time)."""
+    trace = write_trace(tmp_path / f"trace-{backend}.jsonl", rows)
+    config = {
+        "engine": {"backend": backend, "timing": {"kind": "fixed", "pass_ms": pass_ms},
+                   "workers": {"aggregated": {"scheduler": scheduler, **(role or {})}}},
+        "workload": {"trace": str(trace), "format": "mooncake", "trace_block_size": trace_block_size,
+                     "client": client or {"mode": "open_loop"}},
+    }
+    log = io.StringIO()
+    result = servesim.simulate(config, pass_log=log)
+    return Run(result, [json.loads(line) for line in log.getvalue().splitlines()])

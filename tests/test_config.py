@@ -159,3 +159,45 @@ def test_resolved_config_round_trips(tmp_path):
     path.write_text(config_to_yaml(run.config))
     again = resolve(load_config(path))
     assert again.config == run.config
+
+
+def test_sglang_chunk_size_is_positive_or_minus_one():
+    message = _error(engine__backend="sglang", engine__workers__aggregated__scheduler={"chunked_prefill_size": 0})
+    assert "chunked_prefill_size must be a positive number of tokens, or -1" in message
+    message = _error(engine__backend="sglang",
+                     engine__workers__aggregated__scheduler={"chunked_prefill_size": 100, "page_size": 64})
+    assert "must be a multiple of page_size 64" in message
+
+
+def test_roofline_profile_is_recorded_and_unknown_profiles_are_errors():
+    run = resolve(_load())
+    assert run.config.engine.timing.kind == "roofline"
+    assert run.config.engine.timing.profile == "h100-sxm/vllm"   # fitted for the default deployment
+    import servesim
+
+    with pytest.raises(ServesimError, match="no fitted profile 'a100_sxm/nope'; the fitted ones are"):
+        servesim.simulate(_load(engine__timing={"kind": "roofline", "profile": "a100_sxm/nope"}).config)
+    # A GPU alias names the same profile.
+    servesim.simulate(_load(engine__timing={"kind": "roofline", "profile": "h100_sxm/vllm"}).config)
+
+
+def test_warmup_requests_are_left_out_and_must_leave_something():
+    import servesim
+
+    base = {"engine": {"timing": {"kind": "fixed", "pass_ms": 10.0}},
+            "workload": {"synthetic": {"num_requests": 4, "input_length": 8, "output_length": 2},
+                         "client": {"mode": "closed_loop", "concurrency": 1}}}
+    # One user, 8-token prompts, 2 outputs: each request takes 2 passes (20 ms) back to back.
+    # With 2 warm-up requests the summary covers requests 2 and 3: 40 ms to 80 ms.
+    summary = servesim.simulate(dict(base, workload=dict(base["workload"], warmup_requests=2))).summary
+    assert (summary["completed"], summary["failed_requests"], summary["warmup_requests"]) == (2, 0, 2)
+    assert summary["duration_ms"] == 40.0
+    with pytest.raises(ServesimError, match="warmup_requests is 4 but the workload has only 4 requests"):
+        servesim.simulate(dict(base, workload=dict(base["workload"], warmup_requests=4)))
+
+
+def test_missing_lengths_file_is_one_sentence(tmp_path):
+    import servesim
+
+    with pytest.raises(ServesimError, match="lengths_from: .* does not exist"):
+        servesim.simulate({"workload": {"synthetic": {"num_requests": 4, "lengths_from": str(tmp_path / "x.csv")}}})

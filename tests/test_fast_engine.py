@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 import servesim
 
 from .conftest import write_trace
-from .test_properties import scenarios
+from .test_properties import SPECULATIVE, as_backend, scenarios
 
 
 def _config(trace, sched, client, trace_block_size, timing):
@@ -99,13 +99,52 @@ def test_default_run_matches_reference():
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(scenarios(), TIMINGS, st.sampled_from(["prefill", "decode"]), st.sampled_from(["round_robin", "kv_aware"]))
-def test_fast_matches_reference_disaggregated(tmp_path, scenario, timing, first_token_from, policy):
+@given(scenarios(), TIMINGS, st.sampled_from(["prefill", "decode"]), st.sampled_from(["round_robin", "kv_aware"]),
+       st.sampled_from(["vllm", "sglang", "trtllm"]), st.data())
+def test_fast_matches_reference_disaggregated(tmp_path, scenario, timing, first_token_from, policy, backend, data):
     rows, sched, client, trace_block_size = scenario
     trace = write_trace(tmp_path / "t.jsonl", rows)
+    sched = as_backend(sched, backend, data)
     config = _config(trace, sched, client, trace_block_size, timing)
+    config["engine"]["backend"] = backend
     config["engine"]["workers"] = {"prefill": {"count": 2, "scheduler": dict(sched)},
                                    "decode": {"count": 2, "scheduler": dict(sched)}}
     config["engine"]["kv_transfer"] = {"bandwidth_gb_s": 50.0, "latency_ms": 0.5, "first_token_from": first_token_from}
     config["router"] = {"policy": policy}
     assert_same(config)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(scenarios(), TIMINGS, st.sampled_from(["vllm", "sglang", "trtllm"]), SPECULATIVE, st.data())
+def test_fast_matches_reference_every_backend(tmp_path, scenario, timing, backend, speculative, data):
+    """All three backends, with and without speculative decoding and KV offload, against the reference."""
+    rows, sched, client, trace_block_size = scenario
+    if speculative is not None and speculative["method"] == "ngram" and backend == "vllm":
+        sched = dict(sched, async_scheduling=False)   # vLLM refuses n-gram drafts with async scheduling
+    trace = write_trace(tmp_path / "t.jsonl", rows)
+    config = _config(trace, as_backend(sched, backend, data), client, trace_block_size, timing)
+    config["engine"]["backend"] = backend
+    if speculative is not None:
+        config["engine"]["workers"]["aggregated"]["speculative"] = speculative
+    if backend != "trtllm" and sched["enable_prefix_caching"] and data.draw(st.booleans()):
+        # Host room for 0-12 blocks of 4 tokens (524,288 bytes each for the default model).
+        host_gb = data.draw(st.sampled_from([0.0006, 0.003, 0.007]))
+        config["engine"]["workers"]["aggregated"]["kv_offload"] = {"host_gb": host_gb, "bandwidth_gb_s": 2.0}
+    assert_same(config)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(scenarios(), TIMINGS)
+def test_single_request_prefixes_as_private_blocks_change_nothing(tmp_path, monkeypatch, scenario, timing):
+    """Knowing which hash_id prefixes only one request reaches (PrefixInterner.count_requests)
+    lets the fast cache treat their blocks as private; the records must not change."""
+    from servesim.workload.prompt import PrefixInterner
+
+    rows, sched, client, trace_block_size = scenario
+    trace = write_trace(tmp_path / "t.jsonl", rows)
+    config = _config(trace, sched, client, trace_block_size, timing)
+    counted = servesim.simulate(config)
+    with monkeypatch.context() as patch:
+        patch.setattr(PrefixInterner, "count_requests", lambda self, requests, size: None)
+        uncounted = servesim.simulate(config)
+    assert counted.requests == uncounted.requests

@@ -1,8 +1,9 @@
 """The speed benchmark suite (`servesim bench`, `python benchmarks/speed.py`).
 
 Every row runs the whole `servesim run` process (start-up included) on one
-deployment: Llama-3.1-8B on one H100-SXM worker, vLLM, max_num_seqs 1024,
-num_gpu_blocks 60000, with fixed 10 ms passes. Wall time is the median of
+deployment: Llama-3.1-8B on H100-SXM workers, vLLM, max_num_seqs 1024,
+num_gpu_blocks 60000, with fixed 10 ms passes (or the roofline model): one worker,
+except rows 5r (16 replicas, kv_aware router) and 5d (4 prefill + 4 decode workers). Wall time is the median of
 `repeat` runs; peak RSS is the largest of them.
 """
 
@@ -29,6 +30,11 @@ class Workload:
     title: str
     workload: dict
     needs: Path | None = None   # a trace file this row needs
+    workers: dict | None = None  # engine.workers, when not the single aggregated worker
+    router: dict | None = None
+
+
+_SCHEDULER = {"max_num_seqs": 1024, "num_gpu_blocks": 60000}
 
 
 def _closed(n: int, concurrency: int, isl: int, osl: int) -> dict:
@@ -50,6 +56,14 @@ def workloads(traces: Path = SHARED_TRACES) -> list[Workload]:
                   "client": {"mode": "poisson", "rate": 60.0}}),
         Workload("5", "Mooncake conversation trace, 12,031 requests, prefix caching",
                  {"trace": str(mooncake), "format": "mooncake"}, needs=mooncake),
+        Workload("5r", "Mooncake trace on 16 replicas behind a kv_aware router",
+                 {"trace": str(mooncake), "format": "mooncake"}, needs=mooncake,
+                 workers={"aggregated": {"count": 16, "scheduler": _SCHEDULER}},
+                 router={"policy": "kv_aware"}),
+        Workload("5d", "Mooncake trace on 4 prefill + 4 decode workers (P/D, KV transfers)",
+                 {"trace": str(mooncake), "format": "mooncake"}, needs=mooncake,
+                 workers={"prefill": {"count": 4, "scheduler": _SCHEDULER},
+                          "decode": {"count": 4, "scheduler": _SCHEDULER}}),
         Workload("6", "1,000,000 requests, Poisson 20 req/s, lengths resampled from Azure conv",
                  {"synthetic": {"num_requests": 1_000_000, "lengths_from": str(azure)},
                   "client": {"mode": "poisson", "rate": 20.0}}, needs=azure),
@@ -64,10 +78,78 @@ def config_for(workload: Workload, timing: str) -> dict:
         "engine": {
             "backend": "vllm",
             "timing": timing_cfg,
-            "workers": {"aggregated": {"scheduler": {"max_num_seqs": 1024, "num_gpu_blocks": 60000}}},
+            "workers": workload.workers or {"aggregated": {"scheduler": dict(_SCHEDULER)}},
         },
         "workload": workload.workload,
+        **({"router": workload.router} if workload.router else {}),
     }
+
+
+def aisimulate_config(workload: Workload) -> dict | None:
+    """The same row in AISimulate's `predict` config (0.13 dev build), or None if it has no counterpart.
+
+    AISimulate's fixed timing charges prefill_ms for a pass with any prefill plus decode_ms
+    for one with any decode; prefill 0 / decode 10 gives every pass that decodes 10 ms.
+    """
+    spec = workload.workload
+    synthetic = spec.get("synthetic")
+    if workload.key == "5":
+        source = {"type": "trace", "format": "mooncake", "paths": [spec["trace"]], "block_size": 512}
+        load = {"type": "trace_timestamps", "speedup": 1.0}
+        stop = None
+    elif synthetic is not None and "input_length" in synthetic:
+        source = {"type": "synthetic", "input_tokens": synthetic["input_length"],
+                  "output_tokens": synthetic["output_length"]}
+        client = spec["client"]
+        load = ({"type": "concurrency", "concurrency": client["concurrency"]} if client["mode"] == "closed_loop"
+                else {"type": "poisson", "requests_per_second": client["rate"], "seed": 0})
+        stop = {"requests": synthetic["num_requests"]}
+    else:
+        return None   # row 6 resamples lengths from a trace: no counterpart
+    traffic = {"source": source, "load": load, **({"stop": stop} if stop else {})}
+    return {
+        "traffic": traffic,
+        "engine": {
+            "mode": "aggregated",
+            # The bundled config of Llama-3.1-8B (its newer name needs a download).
+            "model": "meta-llama/Meta-Llama-3.1-8B",
+            "hardware": "h100_sxm",
+            "backend": "vllm",
+            "workers": {"aggregated": {
+                "parallelism": {"tensor": 1, "pipeline": 1, "replicas": 1},
+                "scheduler": {"max_sequences": 1024, "max_batched_tokens": 8192},
+                "kv_cache": {"block_size": 16, "prefix_caching": True,
+                             "capacity": {"type": "fixed", "blocks": 60000}},
+                "timing": {"type": "fixed", "prefill_ms": 0.0, "decode_ms": 10.0},
+            }},
+        },
+    }
+
+
+def aisimulate_command(python: Path) -> list[str]:
+    """AISimulate's CLI next to its interpreter, else `python -m aisimulate`."""
+    script = python.parent / "aisimulate"
+    return [str(script)] if script.exists() else [str(python), "-m", "aisimulate"]
+
+
+def measure_aisimulate(workload: Workload, python: Path, repeat: int) -> float | None:
+    """Median whole-process wall seconds of AISimulate's `predict` on the row."""
+    config = aisimulate_config(workload)
+    if config is None or workload.workers or (workload.needs is not None and not workload.needs.exists()):
+        return None
+    walls = []
+    with tempfile.TemporaryDirectory(prefix="servesim-vs-aisim-") as tmp:
+        path = Path(tmp) / "config.yaml"
+        path.write_text(dump_yaml(config))
+        for i in range(repeat):
+            cmd = [*aisimulate_command(python), "predict", "-c", str(path), "--output-dir",
+                   str(Path(tmp) / f"out{i}"), "--overwrite", "--format", "json"]
+            start = time.perf_counter()
+            proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            if proc.returncode != 0:
+                raise RuntimeError(f"aisimulate failed ({proc.returncode}): {proc.stderr.decode().strip()[-500:]}")
+            walls.append(time.perf_counter() - start)
+    return statistics.median(walls)
 
 
 @dataclass
@@ -127,14 +209,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timing", default="fixed", help="comma-separated timing kinds (fixed, roofline)")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--traces", type=Path, default=SHARED_TRACES, help="folder of shared/traces")
+    parser.add_argument("--vs", nargs=2, metavar=("aisimulate", "PYTHON"),
+                        help="also run AISimulate (the interpreter of its virtualenv) and print the ratio")
     args = parser.parse_args(argv)
+    if args.vs and args.vs[0] != "aisimulate":
+        parser.error("--vs supports: aisimulate PATH_TO_ITS_PYTHON")
     wanted = {k for k in args.only.split(",") if k}
-    print(HEADER, flush=True)
+    title, rule = HEADER.split("\n")
+    if args.vs:
+        title, rule = title + " AISimulate wall s | speed-up |", rule + "---|---|"
+    print(title + "\n" + rule, flush=True)
     for workload in workloads(args.traces):
         if wanted and workload.key not in wanted:
             continue
         for timing in [t for t in args.timing.split(",") if t]:
-            print(format_row(workload, timing, measure(workload, timing, args.repeat)), flush=True)
+            mine = measure(workload, timing, args.repeat)
+            row = format_row(workload, timing, mine)
+            if args.vs:
+                theirs = measure_aisimulate(workload, Path(args.vs[1]), args.repeat) if timing == "fixed" else None
+                ratio = f"{theirs / mine.wall_s:.1f}x" if theirs and mine else ""
+                row += f" {theirs:.2f} | {ratio} |" if theirs else " | |"
+            print(row, flush=True)
     return 0
 
 

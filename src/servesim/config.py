@@ -116,6 +116,9 @@ class VllmSchedulerConfig(StrictModel):
     def context_limit(self) -> int:
         return self.max_model_len
 
+    def output_room(self, input_length: int) -> int:
+        return self.max_model_len - input_length
+
     @property
     def kv_blocks(self) -> int:
         return self.num_gpu_blocks   # vLLM's count includes its null block
@@ -137,11 +140,22 @@ class SglangSchedulerConfig(StrictModel):
     context_length: PositiveInt | None = None         # null: the model's
     schedule_policy: Literal["fcfs", "lpm"] = "fcfs"
     disable_radix_cache: bool = False
-    disable_overlap_schedule: bool = False
+    disable_overlap_schedule: bool | None = None      # null: off, but on (no overlap) with speculative decoding
     enable_mixed_chunk: bool = False
     init_new_token_ratio: Probability = 0.7
     min_new_token_ratio: Probability = 0.098          # 0.7 × SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR 0.14
     new_token_ratio_decay: Probability = 0.0010033    # (0.7 − 0.098) / 600 decode passes
+
+    @model_validator(mode="after")
+    def _chunk_in_whole_pages(self) -> SglangSchedulerConfig:
+        chunk = self.chunked_prefill_size
+        if chunk is not None and chunk != -1 and chunk < 1:
+            raise ValueError(f"chunked_prefill_size must be a positive number of tokens, or -1 to turn "
+                             f"chunking off (got {chunk})")
+        if chunk is not None and chunk > 0 and chunk % self.page_size:
+            # SGLang asserts this too: a chunk is cut to whole pages, so a smaller one never progresses.
+            raise ValueError(f"chunked_prefill_size {chunk} must be a multiple of page_size {self.page_size}")
+        return self
 
     @property
     def kv_block_size(self) -> int:
@@ -154,6 +168,10 @@ class SglangSchedulerConfig(StrictModel):
     @property
     def context_limit(self) -> int:
         return self.context_length
+
+    def output_room(self, input_length: int) -> int:
+        # SGLang clamps max_new_tokens to context_length - input - 1 (Scheduler.init_req_max_new_tokens).
+        return self.context_length - input_length - 1
 
     @property
     def kv_blocks(self) -> int:
@@ -176,7 +194,15 @@ class TrtllmSchedulerConfig(StrictModel):
     capacity_scheduler_policy: Literal["GUARANTEED_NO_EVICT", "MAX_UTILIZATION"] = "GUARANTEED_NO_EVICT"
     enable_chunked_context: bool = False
     enable_block_reuse: bool = True
-    disable_overlap_scheduler: bool = False
+    disable_overlap_scheduler: bool | None = None     # null: off, but on (no overlap) with n-gram drafts
+
+    @model_validator(mode="after")
+    def _chunk_holds_a_block(self) -> TrtllmSchedulerConfig:
+        if self.enable_chunked_context and self.max_num_tokens < self.tokens_per_block:
+            # Context chunks are whole KV blocks (but the last): a smaller budget never fits one.
+            raise ValueError(f"max_num_tokens {self.max_num_tokens} is smaller than tokens_per_block "
+                             f"{self.tokens_per_block}, so chunked context could never schedule a chunk")
+        return self
 
     @property
     def kv_block_size(self) -> int:
@@ -189,6 +215,9 @@ class TrtllmSchedulerConfig(StrictModel):
     @property
     def context_limit(self) -> int:
         return self.max_seq_len
+
+    def output_room(self, input_length: int) -> int:
+        return self.max_seq_len - input_length
 
     @property
     def kv_blocks(self) -> int:
@@ -232,6 +261,9 @@ def _counterpart(key: str, backend: str) -> str | None:
 
 
 class SpeculativeConfig(StrictModel):
+    """Drafts verified per decoding pass; `acceptance_rate` is a constant per-draft rate a
+    (position i accepted with probability a^i) or per-position rates p_1 >= ... >= p_k."""
+
     method: Literal["ngram", "eagle", "mtp"]
     num_speculative_tokens: PositiveInt
     acceptance_rate: Probability | list[Probability]
@@ -244,7 +276,19 @@ class SpeculativeConfig(StrictModel):
                 f"acceptance_rate lists {len(rates)} per-position rates but "
                 f"num_speculative_tokens is {self.num_speculative_tokens}"
             )
+        if isinstance(rates, list) and any(later > earlier for earlier, later in zip(rates, rates[1:])):
+            raise ValueError(
+                "acceptance_rate per-position rates must not increase: position i is accepted only "
+                "if every earlier position is, so its rate is at most the previous one's"
+            )
         return self
+
+
+class KvOffloadConfig(StrictModel):
+    """A host-memory tier under the prefix cache (vLLM CPU offloading, SGLang HiCache)."""
+
+    host_gb: PositiveFloat            # host memory for this worker's offloaded KV, GB (1e9 bytes)
+    bandwidth_gb_s: PositiveFloat     # host-to-GPU copy bandwidth per GPU, GB/s (PCIe 5.0 x16: ~55)
 
 
 class RoleConfig(StrictModel):
@@ -258,6 +302,7 @@ class RoleConfig(StrictModel):
     # of this model's parent, which a field validator cannot see).
     scheduler: Union[VllmSchedulerConfig, SglangSchedulerConfig, TrtllmSchedulerConfig, None] = None
     speculative: SpeculativeConfig | None = None
+    kv_offload: KvOffloadConfig | None = None
 
 
 class WorkersConfig(StrictModel):
@@ -287,9 +332,9 @@ class KvTransferConfig(StrictModel):
     # null: the GPU catalogue's scale-out network bandwidth per GPU (the NIC), in GB/s (bytes).
     bandwidth_gb_s: PositiveFloat | None = None
     latency_ms: NonNegativeFloat = 0.0
-    # When the client sees the first token: as the prefill worker produces it (vLLM's and
-    # SGLang's serving paths, see docs/modeling/disaggregation.md), or only once the decode
-    # worker has it after the transfer.
+    # When the client sees the first token: only once the decode worker has it after the
+    # transfer (vLLM's and SGLang's P/D serving paths, docs/modeling/disaggregation.md), or
+    # as soon as the prefill worker produces it.
     first_token_from: Literal["prefill", "decode"] = "decode"
 
 
@@ -303,7 +348,7 @@ class RouterConfig(StrictModel):
 class EngineConfig(StrictModel):
     backend: Literal["vllm", "sglang", "trtllm"] = "vllm"
     tokenization_ms: NonNegativeFloat = 0.0
-    timing: TimingConfig = Field(default_factory=lambda: PolynomialTiming(kind="polynomial"))
+    timing: TimingConfig = Field(default_factory=lambda: RooflineTiming(kind="roofline"))
     workers: WorkersConfig = Field(default_factory=WorkersConfig)
     kv_transfer: KvTransferConfig = Field(default_factory=KvTransferConfig)
     # Debugging aid: run the straightforward per-request scheduler instead of the fast one.
@@ -585,6 +630,14 @@ def _validate_schedulers(config: SimulationConfig, raw: dict[str, Any], source: 
                 f"{source}: {where}.async_scheduling: true cannot be combined with ngram speculative "
                 "decoding (vLLM runs ngram drafts synchronously); leave it unset or set it to false"
             )
+        where_role = where.rsplit(".", 1)[0]
+        if role_cfg.kv_offload is not None:
+            if backend == "trtllm":
+                raise ServesimError(f"{source}: {where_role}.kv_offload is modelled for vllm and sglang, "
+                                    "not trtllm")
+            if not role_cfg.scheduler.prefix_caching:
+                raise ServesimError(f"{source}: {where_role}.kv_offload needs the prefix cache, which "
+                                    f"{where} turns off")
 
 
 def load_config(

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from servesim.config import (
     LoadedConfig,
+    RooflineTiming,
     SglangSchedulerConfig,
     SimulationConfig,
     TrtllmSchedulerConfig,
@@ -107,7 +108,9 @@ def _resolve_sglang(sched: SglangSchedulerConfig, where: str, gpu: GpuSpec, mode
         # reserved MB = 512 + max(chunk, 2048) × 1.5 + cuda_graph_max_bs × 2 + tp/8 × 1024,
         # at least 10240 MB on GPUs over 60 GB.
         graph_bs = 512 if memory_gb >= 160 else (256 if deployment.tp < 4 else 512)
-        reserved = 512 + max(chunk, 2048) * 1.5 + graph_bs * 2 + deployment.tp / 8 * 1024
+        # Without chunking the activation reserve follows max_prefill_tokens.
+        prefill_tokens = chunk if chunk > 0 else sched.max_prefill_tokens
+        reserved = 512 + max(prefill_tokens, 2048) * 1.5 + graph_bs * 2 + deployment.tp / 8 * 1024
         if memory_gb > 60:
             reserved = max(reserved, 10240)
         total_mb = gpu.memory_gib * 1024
@@ -125,9 +128,15 @@ def _resolve_sglang(sched: SglangSchedulerConfig, where: str, gpu: GpuSpec, mode
     running = sched.max_running_requests
     if running is None:
         running = 48 if speculative else min(tokens // 2, min(max(int(tokens / context * 512), 2048), 4096))
+    overlap_off = sched.disable_overlap_schedule
+    if overlap_off is None:
+        # SGLang 0.5.9 (server_args.py) runs speculative decoding without the overlap scheduler
+        # (unless SGLANG_ENABLE_SPEC_V2) and without mixed chunked prefill.
+        overlap_off = speculative
     return sched.model_copy(update={
         "chunked_prefill_size": chunk, "mem_fraction_static": fraction, "context_length": context,
-        "max_total_tokens": tokens, "max_running_requests": running,
+        "max_total_tokens": tokens, "max_running_requests": running, "disable_overlap_schedule": overlap_off,
+        "enable_mixed_chunk": sched.enable_mixed_chunk and not speculative,
     })
 
 
@@ -176,6 +185,17 @@ def resolve(loaded: LoadedConfig) -> ResolvedRun:
                                                  role_cfg.speculative is not None)
         else:
             role_cfg.scheduler = _resolve_trtllm(role_cfg.scheduler, where, model, deployment)
+            if role_cfg.scheduler.disable_overlap_scheduler is None:
+                # TensorRT-LLM's PyTorch executor turns its overlap scheduler off for n-gram drafting.
+                role_cfg.scheduler.disable_overlap_scheduler = ngram
+    timing = config.engine.timing
+    if isinstance(timing, RooflineTiming) and timing.profile is None:
+        # Record which fitted profile the run uses (config.resolved.yaml shows it).
+        from servesim.timing.roofline import fitted_profile
+
+        _, key = fitted_profile(gpu.name, backend)
+        if key != "built-in defaults":
+            timing.profile = key
     trace_path = loaded.trace_path()
     if trace_path is not None:
         trace_path = trace_path.resolve()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 import time
-import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,6 +14,7 @@ from servesim.cluster.fleet import RequestFactory, build_roles
 from servesim.cluster.router import Router
 from servesim.cluster.simulation import Simulation
 from servesim.config import SimulationConfig, config_hash, load_config
+from servesim.errors import ServesimError
 from servesim.metrics.collector import Collector
 from servesim.metrics.records import RequestTable
 from servesim.metrics.summary import summarize
@@ -43,6 +43,8 @@ def _load_requests(run: ResolvedRun) -> tuple[Iterable[TraceRequest], dict[str, 
         return requests, info
     synthetic = workload.synthetic
     lengths = run.lengths_path
+    if lengths is not None and not lengths.is_file():
+        raise ServesimError(f"workload.synthetic.lengths_from: {lengths} does not exist")
     stream = generate(synthetic, run.config.seed, lengths)
     if workload.max_requests is not None:
         stream = itertools.islice(stream, workload.max_requests)
@@ -81,10 +83,6 @@ def simulate(
     client = make_client(cfg.workload.client, requests, cfg.seed)
 
     notes = []
-    if any(role.speculative is not None for role in cfg.engine.roles().values()):
-        notes.append("speculative decoding is parsed but not simulated yet: decoding one token per pass")
-    for note in notes:
-        warnings.warn(note, stacklevel=2)
 
     collector = Collector(pass_log)
     sim = Simulation(client, round(cfg.engine.tokenization_ms * 1e6), collector)
@@ -93,6 +91,8 @@ def simulate(
     sim.roles = build_roles(cfg, run.deployments, sim, sim.on_pass_done, use_reference)
     collector.register(w for role in sim.roles.values() for w in role.workers)
     interner = PrefixInterner()
+    if isinstance(requests, list):
+        interner.count_requests(requests, cfg.workload.trace_block_size)
     for name, role in sim.roles.items():
         sim.factories[name] = RequestFactory(role.scheduler_cfg, cfg.workload.trace_block_size, interner)
         sim.routers[name] = Router(cfg.router, role.workers, cfg.seed, purpose=f"router:{name}")
@@ -105,6 +105,9 @@ def simulate(
         total = len(requests)
     else:
         total = min(cfg.workload.synthetic.num_requests, cfg.workload.max_requests or 1 << 62)
+    if cfg.workload.warmup_requests >= total:
+        raise ServesimError(f"workload.warmup_requests is {cfg.workload.warmup_requests} but the workload has "
+                            f"only {total} requests: nothing would be measured")
     sim.run(progress=(lambda t, done: progress(t, done, total)) if progress else None)
 
     records = collector.records
@@ -112,6 +115,7 @@ def simulate(
     wall_ms = (time.perf_counter() - wall_start) * 1e3
     gpus = sum(role.gpus for role in sim.roles.values())
     summary.update({
+        "warmup_requests": cfg.workload.warmup_requests,
         "passes": collector.num_passes,
         "preemptions": collector.num_preemptions,
         "peak_batch_requests": collector.peak_running,
@@ -125,6 +129,19 @@ def simulate(
         "servesim_version": __version__,
         "config_hash": config_hash(cfg),
         **trace_info,
+        "mean_acceptance_length": _mean_acceptance_length(sim.roles),
         "workers": collector.worker_summaries(sim.now),
     })
     return Result(summary=summary, requests=records, config=cfg, warnings=notes, timelines=collector.timelines())
+
+
+def _mean_acceptance_length(roles) -> float | None:
+    """Tokens per verification (accepted drafts + the bonus token), over every speculating worker."""
+    verifications = tokens = 0
+    for role in roles.values():
+        for worker in role.workers:
+            speculation = worker.scheduler.speculation
+            if speculation is not None:
+                verifications += speculation.verifications
+                tokens += speculation.tokens
+    return tokens / verifications if verifications else None

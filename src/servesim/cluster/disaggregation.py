@@ -58,6 +58,7 @@ class Disaggregation:
             return True
         prefill = request.handoff
         request.cached_tokens = prefill.cached_tokens
+        request.host_cached_tokens = prefill.host_cached_tokens
         request.num_preemptions += prefill.num_preemptions
         request.first_scheduled_ns = prefill.first_scheduled_ns
         return False
@@ -78,7 +79,7 @@ class Disaggregation:
             request.num_output = 1
             request.first_token_ns = request.last_token_ns = prefill.first_token_ns
             if request.num_output >= request.max_tokens:   # nothing left to decode
-                prefill_worker.scheduler.kv.free(prefill)
+                prefill_worker.scheduler.release_held(prefill)
                 prefill_worker.wake(now)
                 request.finish_ns = now
                 self.on_finished(decode_worker, request, now)
@@ -100,9 +101,11 @@ class Disaggregation:
             request, prefill, prefill_worker = queue[0]
             hits = kv.lookup(request)
             hit_tokens = len(hits) * kv.block_size
-            if not kv.admit(request, hits, request.prompt_len - hit_tokens, has_running=False, cache=False):
+            if not decode_worker.scheduler.admits_transfer(request) or not kv.admit(
+                    request, hits, request.prompt_len - hit_tokens, has_running=False, cache=False):
                 return   # back-pressure: the prefill worker keeps holding its blocks
             queue.popleft()
+            decode_worker.scheduler.expect_transfer(request)
             request.transfer_bytes = round((request.prompt_len - hit_tokens) * self.kv_bytes_per_token)
             request.transfer_start_ns = now
             done = now + self.latency_ns + round(request.transfer_bytes / self.bytes_per_s * 1e9)
@@ -111,7 +114,7 @@ class Disaggregation:
 
     def _on_transfer_done(self, now: int, job) -> None:
         request, prefill, prefill_worker, decode_worker = job
-        prefill_worker.scheduler.kv.free(prefill)
+        prefill_worker.scheduler.release_held(prefill)
         prefill_worker.wake(now)
         request.transfer_end_ns = now
         kv = decode_worker.scheduler.kv

@@ -13,7 +13,9 @@ from servesim.config import (
 )
 from servesim.engine.fast_vllm import FastVllmScheduler
 from servesim.engine.kv_cache import KvCache
+from servesim.engine.host_tier import HostTier
 from servesim.engine.reference_kv_cache import ReferenceKvCache
+from servesim.engine.speculative import Speculation
 from servesim.engine.sglang_scheduler import SglangScheduler
 from servesim.engine.trtllm_scheduler import TrtllmScheduler
 from servesim.engine.request import Request
@@ -61,21 +63,30 @@ class RequestFactory:
         elif not sched.prefix_caching:
             keys = None
         wanted = trace_request.output_length if max_output is None else min(max_output, trace_request.output_length)
-        max_tokens = min(wanted, max(sched.context_limit - trace_request.input_length, 0))
+        max_tokens = min(wanted, max(sched.output_room(trace_request.input_length), 0))
         return Request(trace_request.request_id, arrival_ns, engine_arrival_ns, trace_request.input_length,
                        max_tokens, trace_request.output_length, keys)
 
     def rejects(self, trace_request: TraceRequest) -> bool:
         # The frontend refuses a prompt that leaves no room for one output token; TensorRT-LLM
         # without chunked context also refuses one longer than an iteration's token budget.
-        if trace_request.input_length >= self.sched.context_limit:
+        if self.sched.output_room(trace_request.input_length) < 1:
             return True
         return (isinstance(self.sched, TrtllmSchedulerConfig) and not self.sched.enable_chunked_context
                 and trace_request.input_length > self.sched.max_num_tokens)
 
 
-def make_scheduler(sched, kv, use_reference: bool):
+def make_scheduler(sched, kv, use_reference: bool, speculative=None, seed: int = 0):
     """The backend's scheduling policy over the common engine core."""
+    scheduler = _policy(sched, kv, use_reference or speculative is not None)
+    if speculative is not None:
+        scheduler.speculation = Speculation(speculative, seed)
+    return scheduler
+
+
+def _policy(sched, kv, use_reference: bool):
+    # Drafts make decoding requests advance by different amounts, so the fast engine's
+    # lockstep decode group does not apply: speculative decoding runs the per-request form.
     if isinstance(sched, VllmSchedulerConfig):
         return (VllmScheduler if use_reference else FastVllmScheduler)(
             kv,
@@ -119,7 +130,11 @@ def build_roles(cfg: SimulationConfig, deployments: dict[str, Deployment], sim, 
         deployment = deployments[role_name]
         workers = []
         for index in range(role_cfg.count):
-            kv = (ReferenceKvCache if use_reference else KvCache)(
+            # The host tier sits under the reference cache, where every full block has its key, and
+            # the fast engine's lazily keyed blocks would store different keys: offload runs exact.
+            offload = role_cfg.kv_offload
+            exact = use_reference or offload is not None
+            kv = (ReferenceKvCache if exact else KvCache)(
                 num_gpu_blocks=sched.kv_blocks,
                 block_size=sched.kv_block_size,
                 enable_caching=sched.prefix_caching,
@@ -127,11 +142,24 @@ def build_roles(cfg: SimulationConfig, deployments: dict[str, Deployment], sim, 
                 watermark_blocks=int(sched.watermark * sched.num_gpu_blocks)
                 if isinstance(sched, VllmSchedulerConfig) else 0,
             )
-            scheduler = make_scheduler(sched, kv, use_reference)
-            timing = build_timing_model(cfg.engine.timing, deployment, cfg.engine.backend)
+            if offload is not None:
+                kv.host = host_tier(offload, deployment, sched.kv_block_size)
+            scheduler = make_scheduler(sched, kv, exact, role_cfg.speculative, cfg.seed)
+            timing = build_timing_model(cfg.engine.timing, deployment, cfg.engine.backend, role_cfg.speculative)
             worker = Worker(f"{role_name}-{index}", scheduler, timing, sched.overlap, sim, on_pass_done)
             worker.index = index
             worker.role = role_name
             workers.append(worker)
         roles[role_name] = Role(role_name, role_cfg, deployment, workers)
     return roles
+
+
+def host_tier(offload, deployment: Deployment, block_size: int) -> HostTier:
+    """Host capacity in blocks of this worker's KV (all its GPUs), and one block's copy time.
+
+    Each GPU copies its own shard over its own host link, so a block's copy takes its
+    per-GPU bytes over the per-GPU bandwidth.
+    """
+    block_bytes_per_gpu = deployment.kv_bytes_per_token_per_gpu() * block_size
+    capacity = int(offload.host_gb * 1e9 // (block_bytes_per_gpu * deployment.gpus))
+    return HostTier(capacity, max(1, round(block_bytes_per_gpu / (offload.bandwidth_gb_s * 1e9) * 1e9)))

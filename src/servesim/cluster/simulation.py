@@ -26,6 +26,7 @@ from servesim.cluster.fleet import RequestFactory, Role
 from servesim.cluster.router import Router
 from servesim.engine.passes import ScheduledPass
 from servesim.engine.request import Request, Status
+from servesim.errors import ServesimError
 from servesim.engine.worker import Worker
 from servesim.metrics.collector import Collector
 from servesim.workload.clients import Client
@@ -151,3 +152,17 @@ class Simulation:
                     next_report = wall + progress_every_s
         if progress:
             progress(self.now, self.requests_done)
+        self._check_drained()
+
+    def _check_drained(self) -> None:
+        """Nothing left to happen while a worker still holds requests: the engine can never serve them."""
+        for role in self.roles.values():
+            for worker in role.workers:
+                scheduler = worker.scheduler
+                if scheduler.has_unfinished() or worker.intake:
+                    stuck = next(iter([*worker.intake, *scheduler.waiting, *scheduler.transferred]), None)
+                    what = f"request {stuck.request_id}" if stuck is not None else "a request"
+                    raise ServesimError(
+                        f"{worker.name} can never schedule {what}: nothing else is left to happen "
+                        f"and its scheduler will not admit it (its KV cache or limits are too small for it)"
+                    )

@@ -33,6 +33,8 @@ def ceil_div(a: int, b: int) -> int:
 
 
 class KvCache:
+    host = None   # KV offload runs on the reference cache (engine/host_tier.py)
+
     def __init__(
         self,
         num_gpu_blocks: int,
@@ -87,6 +89,9 @@ class KvCache:
             hits.append(entry if entry.__class__ is int else entry[0])
         return hits
 
+    def lookup_host(self, request: Request, gpu_hits: int) -> int:
+        return 0
+
     def cached_prefix_blocks(self, keys) -> int:
         """How many leading blocks of a prompt (its shareable keys) this cache holds: a router's view."""
         if not self.enable_caching or keys is None or not keys.shared_blocks:
@@ -106,7 +111,7 @@ class KvCache:
         return block in self.free_keyed
 
     def admit(self, request: Request, hits: list[int], num_new_tokens: int, has_running: bool,
-              cache: bool = True, full_sequence: bool = True) -> bool:
+              cache: bool = True, full_sequence: bool = True, loaded: int = 0) -> bool:
         block_size = self.block_size
         free_keyed = self.free_keyed
         evictable = sum(1 for b in hits if b in free_keyed)
@@ -239,12 +244,24 @@ class KvCache:
             self.epoch += 1
         request.num_cached_blocks = full
 
-    def free(self, request: Request, finished: bool = True) -> None:
-        """Release a request's blocks, tail first; `finished` says its private keys are dead."""
+    def free(self, request: Request, finished: bool = True, keep_blocks: int | None = None) -> None:
+        """Release a request's blocks, tail first; `finished` says its private keys are dead.
+
+        Past `keep_blocks`, the request's own blocks lose their keys.
+        """
         self.epoch += 1
         blocks = request.blocks
         request.blocks = []
         cached = request.num_cached_blocks
+        if keep_blocks is not None and keep_blocks < cached:
+            cached = max(keep_blocks, min(request.keys.shared_blocks, len(blocks)) if self.enable_caching else 0)
+            if self.enable_caching:
+                # Blocks keyed before (hits on its own blocks after an earlier preemption) past the cut.
+                live_end = min(request.keys.shared_blocks, len(blocks)) + request.live_private
+                for b in blocks[cached:live_end]:
+                    self._uncache(self.block_key[b], b)
+                    self.block_key[b] = None
+                request.live_private = max(0, min(request.live_private, cached - request.keys.shared_blocks))
         request.num_cached_blocks = 0
         live_private = request.live_private
         request.live_private = 0

@@ -8,7 +8,7 @@ from servesim.engine.request import Request
 class PassEntry:
     """One request's share of a pass."""
 
-    __slots__ = ("request", "tokens", "computed_before", "kind", "samples", "is_decode")
+    __slots__ = ("request", "tokens", "computed_before", "kind", "samples", "is_decode", "drafts")
 
     def __init__(self, request: Request, tokens: int, computed_before: int, kind: str) -> None:
         self.request = request
@@ -16,7 +16,8 @@ class PassEntry:
         self.computed_before = computed_before  # KV already computed (or prefix-cached) before this chunk
         self.kind = kind                        # "running", "new" (first admission) or "resumed"
         self.samples = False                    # the chunk reaches the known tokens' end: a token is sampled
-        self.is_decode = False                  # a running request computing just its newest token
+        self.is_decode = False                  # a running request computing just its newest token (+ drafts)
+        self.drafts = 0                         # speculative tokens verified after the newest token
 
 
 class ScheduledPass:
@@ -24,7 +25,7 @@ class ScheduledPass:
 
     __slots__ = ("entries", "preempted", "num_tokens", "free_blocks", "index", "start_ns", "end_ns",
                  "delivered", "finished", "group_step", "group_size", "group_context",
-                 "bulk_deliveries", "bulk_gap_ns", "group_steps", "step_durations")
+                 "bulk_deliveries", "bulk_gap_ns", "group_steps", "step_durations", "load_ns")
 
     def __init__(self) -> None:
         self.entries: list[PassEntry] = []
@@ -45,6 +46,7 @@ class ScheduledPass:
         # Fast-forward: this record stands for `group_steps` identical passes back to back.
         self.group_steps = 1
         self.step_durations = None  # their durations (numpy int64), when group_steps > 1
+        self.load_ns = 0            # KV offload: copying host-tier prefix hits back to the GPU
 
     def __bool__(self) -> bool:
         return self.num_tokens > 0

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
+from servesim.engine.host_tier import HostTier
 from servesim.engine.request import Request
 
 
@@ -59,6 +60,7 @@ class ReferenceKvCache:
         # Bumped whenever blocks return to the free queue or keys enter the cache: the only
         # changes that can let a waiting request in that did not fit before.
         self.epoch = 0
+        self.host: HostTier | None = None   # KV offload: where evicted keys go
 
     # ------------------------------------------------------------------ queries
 
@@ -85,6 +87,14 @@ class ReferenceKvCache:
             hits.append(entry if isinstance(entry, int) else entry[0])
         return hits
 
+    def lookup_host(self, request: Request, gpu_hits: int) -> int:
+        """Blocks after the GPU hits that the host tier holds (to be loaded, not computed)."""
+        if self.host is None:
+            return 0
+        key = request.keys.key
+        end = (request.num_tokens - 1) // self.block_size
+        return self.host.hits(key(j) for j in range(gpu_hits, end))
+
     def cached_prefix_blocks(self, keys) -> int:
         """How many leading blocks of a prompt (its shareable keys) this cache holds: a router's view."""
         if not self.enable_caching or keys is None or not keys.shared_blocks:
@@ -104,7 +114,7 @@ class ReferenceKvCache:
         return self.ref_cnt[block] == 0
 
     def admit(self, request: Request, hits: list[int], num_new_tokens: int, has_running: bool,
-              cache: bool = True, full_sequence: bool = True) -> bool:
+              cache: bool = True, full_sequence: bool = True, loaded: int = 0) -> bool:
         """Allocate for a waiting request's first chunk, if its whole sequence fits.
 
         vLLM admits only if blocks for the request's *whole* current sequence are
@@ -117,11 +127,11 @@ class ReferenceKvCache:
         full_tokens = min(request.num_tokens, self.max_model_len)
         need_full = max(ceil_div(full_tokens, block_size) - len(hits), 0) + evictable
         if not full_sequence:  # a backend that budgets admission itself (SGLang, TensorRT-LLM)
-            need_full = max(ceil_div(min(len(hits) * block_size + num_new_tokens, self.max_model_len),
+            need_full = max(ceil_div(min((len(hits) + loaded) * block_size + num_new_tokens, self.max_model_len),
                                      block_size) - len(hits), 0) + evictable
         if need_full + watermark > self.num_free:
             return False
-        hit_tokens = len(hits) * block_size
+        hit_tokens = (len(hits) + loaded) * block_size
         slots = min(hit_tokens + num_new_tokens, self.max_model_len)
         for b in hits:
             if self.ref_cnt[b] == 0:
@@ -166,6 +176,11 @@ class ReferenceKvCache:
             into.append(b)
 
     def _evict(self, block: int) -> None:
+        key = self._drop_key(block)
+        if self.host is not None and key not in self.cache:
+            self.host.store(key)   # its last GPU copy is gone
+
+    def _drop_key(self, block: int) -> int:
         key = self.block_key[block]
         self.block_key[block] = None
         entry = self.cache[key]
@@ -175,6 +190,7 @@ class ReferenceKvCache:
             entry.remove(block)
             if not entry:
                 del self.cache[key]
+        return key
 
     def cache_full_blocks(self, request: Request, num_tokens: int) -> None:
         """Give keys to the request's full blocks up to `num_tokens` known tokens."""
@@ -200,11 +216,15 @@ class ReferenceKvCache:
                 entry.append(b)
         request.num_cached_blocks = full
 
-    def free(self, request: Request, finished: bool = True) -> None:
-        """Release a request's blocks, tail first."""
+    def free(self, request: Request, finished: bool = True, keep_blocks: int | None = None) -> None:
+        """Release a request's blocks, tail first; past `keep_blocks`, its own blocks lose their keys."""
         ref_cnt = self.ref_cnt
         keyed = self.enable_caching
         self.epoch += 1
+        if keyed and keep_blocks is not None:
+            for b in request.blocks[keep_blocks:]:
+                if self.block_key[b] is not None and ref_cnt[b] == 1:
+                    self._drop_key(b)
         for b in reversed(request.blocks):
             ref_cnt[b] -= 1
             if ref_cnt[b] == 0:

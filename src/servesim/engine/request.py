@@ -29,10 +29,12 @@ class Request:
         # scheduler state
         "status", "num_computed", "num_output", "placeholders", "in_flight", "stale",
         "is_prefill_chunk", "blocks", "num_cached_blocks", "num_preemptions", "seq", "live_private",
+        # speculative decoding: the drafter has drafts for it; verifications so far
+        "drafting", "spec_steps",
         # membership of the fast engine's lockstep decode group (engine/decode_group.py)
         "group_first", "group_final", "group_computed", "group_offset",
         # measurements
-        "first_scheduled_ns", "first_token_ns", "last_token_ns", "finish_ns", "cached_tokens",
+        "first_scheduled_ns", "first_token_ns", "last_token_ns", "finish_ns", "cached_tokens", "host_cached_tokens",
         "worker", "route",
         # prefill/decode disaggregation (cluster/disaggregation.py)
         "handoff", "hold_kv", "prefill_worker", "transfer_start_ns", "transfer_end_ns", "transfer_bytes",
@@ -66,6 +68,8 @@ class Request:
         self.num_cached_blocks = 0
         self.live_private = 0    # blocks past the shareable prefix that still have cache keys
         self.num_preemptions = 0
+        self.drafting = False    # a pass sampled it since its last preemption: drafts come with its next token
+        self.spec_steps = 0
         self.seq = -1            # admission order; the running list is ordered by it
         self.group_first = -1    # first group step, or -1 when not a group member
         self.group_final = -1    # group step that produces its last token
@@ -75,7 +79,8 @@ class Request:
         self.first_token_ns: int | None = None
         self.last_token_ns: int | None = None
         self.finish_ns: int | None = None
-        self.cached_tokens: int | None = None   # prefix-cache hit at first admission
+        self.cached_tokens: int | None = None   # prefix-cache hit at first admission (GPU)
+        self.host_cached_tokens = 0              # ... and loaded from the host tier (KV offload)
         self.worker = ""
         self.route = None        # (router, worker index, tokens) to report back at completion
         self.handoff = None      # disaggregated serving: the trace request a prefill hands on

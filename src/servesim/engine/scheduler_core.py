@@ -15,6 +15,7 @@ from servesim.engine.kv_cache import KvCache
 from servesim.engine.passes import PassEntry, ScheduledPass
 from servesim.engine.reference_kv_cache import ReferenceKvCache
 from servesim.engine.request import Request, Status
+from servesim.engine.speculative import Speculation
 
 
 class SchedulerCore:
@@ -27,14 +28,21 @@ class SchedulerCore:
         # Requests whose KV cache arrived from a prefill worker (disaggregated serving): they hold
         # their blocks and are admitted first, at the next schedule() after the transfer.
         self.transferred: deque[Request] = deque()
+        self.incoming: dict[int, Request] = {}   # blocks reserved, KV transfer still in flight
         self.admissions = 0     # running order is admission order: each admission gets the next seq
+        self.speculation: Speculation | None = None   # speculative decoding, when configured
 
     # ------------------------------------------------------------------ queues
 
     def add_request(self, request: Request) -> None:
         self.waiting.append(request)
 
+    def expect_transfer(self, request: Request) -> None:
+        """Blocks are reserved for the request's KV, which is on its way."""
+        self.incoming[request.request_id] = request
+
     def add_transferred(self, request: Request) -> None:
+        self.incoming.pop(request.request_id, None)
         self.transferred.append(request)
 
     def has_unfinished(self) -> bool:
@@ -43,38 +51,102 @@ class SchedulerCore:
     def _num_running(self) -> int:
         return len(self.running)
 
-    def _start_running(self, request: Request, out: ScheduledPass, tokens: int, computed_before: int) -> None:
-        """Admit a request into the running list with its first chunk of this pass."""
+    def _start_running(self, request: Request, out: ScheduledPass, tokens: int, computed_before: int,
+                       loaded: int = 0) -> None:
+        """Admit a request into the running list with its first chunk of this pass.
+
+        `computed_before` counts prefix hits; `loaded` of them are blocks copied back from
+        the host tier, which this pass waits for.
+        """
         self.running.append(request)
         request.seq = self.admissions
         self.admissions += 1
         kind = "new" if request.status == Status.WAITING else "resumed"
         request.status = Status.RUNNING
         request.num_computed = computed_before
+        loaded_tokens = loaded * self.kv.block_size
         if request.cached_tokens is None:
-            request.cached_tokens = computed_before
+            request.cached_tokens = computed_before - loaded_tokens
+            request.host_cached_tokens = loaded_tokens
+        if loaded:
+            out.load_ns += loaded * self.kv.host.load_ns_per_block
         out.entries.append(PassEntry(request, tokens, computed_before, kind))
+
+    def admits_transfer(self, request: Request) -> bool:
+        """May this decode worker take blocks for an incoming KV transfer now (beyond fitting)?"""
+        return True
+
+    def release_held(self, request: Request) -> None:
+        """A finished prefill's KV, held for its transfer to a decode worker, is sent: free it."""
+        self.kv.free(request)
+
+    def _take_transferred(self, limit: int) -> None:
+        """Received KV (disaggregated decode): the request joins the running batch as a decode.
+
+        SGLang's decode server and TensorRT-LLM's generation server add a request whose
+        KV has arrived straight to the running batch, up to the request-slot limit.
+        """
+        while self.transferred and len(self.running) < limit:
+            request = self.transferred.popleft()
+            request.status = Status.RUNNING
+            request.seq = self.admissions
+            self.admissions += 1
+            self.running.append(request)
+
+    def _stop_running(self, request: Request, keep_blocks: int | None = None) -> None:
+        """Preempted, retracted or paused: its KV freed, it restarts from scratch (the caller queues it).
+
+        `keep_blocks`: only that many leading blocks stay in the prefix cache (SGLang keeps a
+        retracted request's prompt, not its decoded tokens).
+        """
+        self.kv.free(request, finished=False, keep_blocks=keep_blocks)
+        request.status = Status.PREEMPTED
+        request.num_computed = 0
+        request.stale = request.in_flight   # outputs of passes still in flight arrive stale
+        request.placeholders = 0
+        request.drafting = False
+        request.num_preemptions += 1
 
     def _last_token_in_flight(self, request: Request) -> bool:
         """Async/overlap: the pass in flight already produces the request's last token."""
         return (request.placeholders > 0
                 and request.num_computed + 2 - request.placeholders >= request.prompt_len + request.max_tokens)
 
+    def _drafts(self, request: Request, remaining: int) -> int:
+        """Speculative tokens a running request verifies this pass after its `remaining` known one.
+
+        The drafter proposes after a pass that sampled the request (vLLM drops the drafts at
+        preemption), and drafts only follow the newest token: a request still catching up on
+        known tokens computes those first.
+        """
+        if self.speculation is not None and request.drafting and remaining == 1:
+            # Positions stay inside the context limit (vLLM clips the drafts there).
+            room = self.max_model_len - request.num_computed - 2
+            return max(0, min(self.speculation.num_draft_tokens, room))
+        return 0
+
     def schedule(self) -> ScheduledPass:
         raise NotImplementedError
 
     def _update_after_schedule(self, out: ScheduledPass) -> None:
         tokens = 0
+        speculative = self.speculation is not None
         for entry in out.entries:
             request = entry.request
+            known = request.num_tokens + request.placeholders
             request.num_computed += entry.tokens
             request.in_flight += entry.tokens
             tokens += entry.tokens
-            request.is_prefill_chunk = request.num_computed < request.num_tokens + request.placeholders
+            request.is_prefill_chunk = request.num_computed < known
             entry.samples = not request.is_prefill_chunk
             entry.is_decode = entry.kind == "running" and entry.computed_before >= request.prompt_len
-            if self.async_scheduling and entry.samples:
-                request.placeholders += 1
+            if entry.samples:
+                # Positions past the known tokens are drafts being verified.
+                entry.drafts = request.num_computed - known
+                if speculative:
+                    request.drafting = True
+                if self.async_scheduling:
+                    request.placeholders += 1 + entry.drafts
         out.num_tokens = tokens
 
     # ------------------------------------------------------------------ outputs
@@ -96,11 +168,25 @@ class SchedulerCore:
             if request.status == Status.FINISHED or not entry.samples:
                 continue
             was_running = request.status == Status.RUNNING
-            request.num_output += 1
+            produced = 1
+            if entry.drafts:
+                request.spec_steps += 1
+                accepted = self.speculation.accepted(request.request_id, request.spec_steps, entry.drafts)
+                produced += accepted
+                if not stale:
+                    # Rejected drafts' positions are computed again (vLLM rolls the count back).
+                    rejected = entry.drafts - accepted
+                    if request.num_computed > 0:
+                        request.num_computed -= rejected
+                    if request.placeholders > 0:
+                        request.placeholders -= rejected
+                produced = min(produced, request.max_tokens - request.num_output,
+                               self.max_model_len - request.num_tokens)
+            request.num_output += produced
             delivered.append(request)
             if self.async_scheduling:
                 if not stale:
-                    request.placeholders -= 1
+                    request.placeholders -= produced
                 if was_running:
                     # Async scheduling caches a block once its last token is known.
                     self.kv.cache_full_blocks(request, request.num_computed - request.placeholders)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from servesim.engine.kv_cache import ceil_div
 from servesim.engine.passes import PassEntry, ScheduledPass
-from servesim.engine.request import Request, Status
+from servesim.engine.request import Request
 from servesim.engine.scheduler_core import SchedulerCore
 
 CLIP_MAX_NEW_TOKENS = 4096        # SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION
@@ -59,7 +59,7 @@ class SglangScheduler(SchedulerCore):
     # ------------------------------------------------------------------ schedule
 
     def schedule(self) -> ScheduledPass:
-        self._take_transferred()
+        self._take_transferred(self.max_running_requests)
         if not self.running and self.chunked is None and not self.waiting:
             self.new_token_ratio = self.init_ratio   # idle: the ratio resets
         out = self._prefill_pass()
@@ -67,15 +67,6 @@ class SglangScheduler(SchedulerCore):
             out = self._decode_pass()
         self._update_after_schedule(out)
         return out
-
-    def _take_transferred(self) -> None:
-        """Received KV (disaggregated decode): the request joins the running batch at once."""
-        while self.transferred and len(self.running) < self.max_running_requests:
-            request = self.transferred.popleft()
-            request.status = Status.RUNNING
-            request.seq = self.admissions
-            self.admissions += 1
-            self.running.append(request)
 
     def _decoding(self) -> list[Request]:
         """Running requests that take a decode token this pass."""
@@ -101,7 +92,7 @@ class SglangScheduler(SchedulerCore):
         mixed = len(decoders)
         rem_input = self.max_prefill_tokens - mixed
         rem_chunk = None if self.chunked_prefill_size is None else self.chunked_prefill_size - mixed
-        avail = kv.num_free
+        avail = kv.num_free * kv.block_size   # tokens: free pages, cached ones evictable
         total_offset = mixed + self._reserved_decode_tokens()
         current_offset = mixed
         out = ScheduledPass()
@@ -139,9 +130,12 @@ class SglangScheduler(SchedulerCore):
                     self.batch_is_full = True
                     break
                 hits = kv.lookup(request)
-                hit_tokens = len(hits) * page
+                loaded = kv.lookup_host(request, len(hits)) if kv.host is not None else 0
+                hit_tokens = (len(hits) + loaded) * page
                 extend = request.num_tokens - hit_tokens
-                total = extend + min(max(request.max_tokens - request.num_output, 0), CLIP_MAX_NEW_TOKENS)
+                # Host-tier hits need device pages too, though not compute.
+                total = extend + loaded * page + min(max(request.max_tokens - request.num_output, 0),
+                                                     CLIP_MAX_NEW_TOKENS)
                 # Its matched prefix gets locked: blocks sitting evictable stop counting as free.
                 locked = sum(1 for b in hits if kv.is_evictable(b)) * page
                 if total >= avail - total_offset - locked:
@@ -155,7 +149,7 @@ class SglangScheduler(SchedulerCore):
                     take = rem_chunk // page * page
                     if take <= 0:
                         break
-                if not kv.admit(request, hits, take, has_running=False, full_sequence=False):
+                if not kv.admit(request, hits, take, has_running=False, full_sequence=False, loaded=loaded):
                     self.batch_is_full = True
                     break
                 admitted.append(request)
@@ -166,7 +160,7 @@ class SglangScheduler(SchedulerCore):
                 rem_input -= take
                 if rem_chunk is not None:
                     rem_chunk -= take
-                self._start_prefill(request, out, take, hit_tokens)
+                self._start_running(request, out, take, hit_tokens, loaded)
                 if take < extend:
                     new_chunked = request
                     break
@@ -178,19 +172,24 @@ class SglangScheduler(SchedulerCore):
         if new_chunked is not None:
             self.running.remove(new_chunked)
             self.chunked = new_chunked
-        for request in decoders:
-            if kv.allocate(request, 1):
-                out.entries.append(PassEntry(request, 1, request.num_computed, "running"))
+        self._add_decodes(out, decoders)
         return out
 
-    def _start_prefill(self, request: Request, out: ScheduledPass, tokens: int, hit_tokens: int) -> None:
-        self._start_running(request, out, tokens, hit_tokens)
+    def _decode_tokens(self, request: Request) -> int:
+        """The newest token, plus drafts under speculative decoding."""
+        return 1 + self._drafts(request, 1)
+
+    def _add_decodes(self, out: ScheduledPass, decoders: list[Request]) -> None:
+        for request in decoders:
+            tokens = self._decode_tokens(request)
+            if self.kv.allocate(request, tokens):
+                out.entries.append(PassEntry(request, tokens, request.num_computed, "running"))
 
     def _decode_pass(self) -> ScheduledPass:
         kv = self.kv
         out = ScheduledPass()
         decoders = self._decoding()
-        need = sum(1 for r in decoders if ceil_div(r.num_computed + 1, kv.block_size) > len(r.blocks))
+        need = self._blocks_needed(decoders)
         retracted = False
         while need > kv.num_free and len(decoders) > 1:
             victim = min(decoders, key=lambda r: (r.num_output, -r.prompt_len, -r.seq))
@@ -198,32 +197,35 @@ class SglangScheduler(SchedulerCore):
             self._retract(victim)
             out.preempted.append(victim)
             retracted = True
-            need = sum(1 for r in decoders if ceil_div(r.num_computed + 1, kv.block_size) > len(r.blocks))
+            need = self._blocks_needed(decoders)
         if retracted:
             remaining = self.running
             self.new_token_ratio = min(1.0, (sum(r.num_output for r in remaining) + RETRACT_DECODE_STEPS
                                              * len(remaining)) / (sum(r.max_tokens for r in remaining) + 1))
         elif decoders:
             self.new_token_ratio = max(self.new_token_ratio - self.decay, self.min_ratio)
-        for request in decoders:
-            if kv.allocate(request, 1):
-                out.entries.append(PassEntry(request, 1, request.num_computed, "running"))
+        self._add_decodes(out, decoders)
         return out
+
+    def _blocks_needed(self, decoders: list[Request]) -> int:
+        block = self.kv.block_size
+        return sum(max(ceil_div(r.num_computed + self._decode_tokens(r), block) - len(r.blocks), 0)
+                   for r in decoders)
 
     def _retract(self, request: Request) -> None:
         """Free the request's KV but keep its prompt cached; it goes to the back of the queue."""
         self.running.remove(request)
         # Decoded tokens are not kept in the radix tree: only prompt blocks stay cached.
-        request.num_cached_blocks = min(request.num_cached_blocks, request.prompt_len // self.kv.block_size)
-        self.kv.free(request, finished=False)
-        request.status = Status.PREEMPTED
-        request.num_computed = 0
-        request.stale = request.in_flight
-        request.placeholders = 0
-        request.num_preemptions += 1
+        self._stop_running(request, keep_blocks=request.prompt_len // self.kv.block_size)
         self.waiting.append(request)
         self.batch_is_full = False
         self.retractions += 1
+
+    def release_held(self, request: Request) -> None:
+        # The prefill server's KV pool shrinks back like a running batch that lost a request:
+        # admission is tried again.
+        super().release_held(request)
+        self.batch_is_full = False
 
     def update_from_output(self, done: ScheduledPass) -> None:
         before = len(self.running)

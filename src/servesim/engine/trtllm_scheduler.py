@@ -50,6 +50,7 @@ class TrtllmScheduler(SchedulerCore):
         out = ScheduledPass()
         budget = self.max_num_tokens
         block = kv.block_size
+        self._take_transferred(self.max_batch_size)
 
         # In-progress requests: generation first, then contexts (prompts mid-way), in order.
         generating, contexts = [], []
@@ -61,7 +62,7 @@ class TrtllmScheduler(SchedulerCore):
              and need == 1 else contexts).append(request)
 
         if self.policy == "MAX_UTILIZATION":
-            self._pause_for_next_step(generating + contexts)
+            self._pause_for_next_step(generating + contexts, out)
             generating = [r for r in generating if r.status == Status.RUNNING]
             contexts = [r for r in contexts if r.status == Status.RUNNING]
 
@@ -69,10 +70,11 @@ class TrtllmScheduler(SchedulerCore):
         for request in generating:
             if budget <= 0 or scheduled >= self.max_batch_size:
                 break
-            if not kv.allocate(request, 1):
+            tokens = min(1 + self._drafts(request, 1), budget)
+            if not kv.allocate(request, tokens):
                 break
-            out.entries.append(PassEntry(request, 1, request.num_computed, "running"))
-            budget -= 1
+            out.entries.append(PassEntry(request, tokens, request.num_computed, "running"))
+            budget -= tokens
             scheduled += 1
         for request in contexts:
             if budget <= 0 or scheduled >= self.max_batch_size:
@@ -90,7 +92,7 @@ class TrtllmScheduler(SchedulerCore):
             request = self.waiting[0]
             if request.stale:
                 break
-            need_blocks = ceil_div(min(request.prompt_len + request.max_tokens, self.max_model_len), block)
+            need_blocks = self._need_blocks(request)
             if self.policy == "GUARANTEED_NO_EVICT" and need_blocks > kv.num_free - reserved:
                 break
             hits = kv.lookup(request)
@@ -114,29 +116,35 @@ class TrtllmScheduler(SchedulerCore):
             return 0   # the whole prompt must fit this iteration's budget
         return budget // block * block
 
-    def _reserved_blocks(self) -> int:
-        """Blocks running requests will still need to complete (GUARANTEED_NO_EVICT's promise)."""
-        block = self.kv.block_size
-        return sum(max(ceil_div(min(r.prompt_len + r.max_tokens, self.max_model_len), block) - len(r.blocks), 0)
-                   for r in self.running)
+    def _need_blocks(self, request: Request) -> int:
+        return ceil_div(min(request.prompt_len + request.max_tokens, self.max_model_len), self.kv.block_size)
 
-    def _pause_for_next_step(self, candidates: list[Request]) -> None:
+    def _reserved_blocks(self) -> int:
+        """Blocks admitted requests (running, received, or with their KV on the way) will still
+        need to complete: GUARANTEED_NO_EVICT's promise."""
+        return sum(max(self._need_blocks(r) - len(r.blocks), 0)
+                   for r in (*self.running, *self.transferred, *self.incoming.values()))
+
+    def admits_transfer(self, request: Request) -> bool:
+        # The generation server's capacity scheduler admits a received request like any other:
+        # under GUARANTEED_NO_EVICT only if its whole sequence is guaranteed.
+        if self.policy != "GUARANTEED_NO_EVICT":
+            return True
+        return self._need_blocks(request) <= self.kv.num_free - self._reserved_blocks()
+
+    def _pause_for_next_step(self, candidates: list[Request], out: ScheduledPass) -> None:
         """MAX_UTILIZATION: pause the most recently started requests until the next step fits."""
         block = self.kv.block_size
 
         def need(r: Request) -> int:
-            return max(ceil_div(r.num_computed + 1, block) - len(r.blocks), 0)
+            return max(ceil_div(r.num_computed + 1 + self._drafts(r, 1), block) - len(r.blocks), 0)
 
         while sum(need(r) for r in candidates if r.status == Status.RUNNING) > self.kv.num_free:
             victim = max((r for r in self.running), key=lambda r: r.seq)
             self.running.remove(victim)
-            self.kv.free(victim, finished=False)
-            victim.status = Status.PREEMPTED
-            victim.num_computed = 0
-            victim.stale = victim.in_flight
-            victim.placeholders = 0
-            victim.num_preemptions += 1
+            self._stop_running(victim)
             self.waiting.appendleft(victim)
+            out.preempted.append(victim)
             self.pauses += 1
             if not self.running:
                 break

@@ -56,6 +56,7 @@ class VllmScheduler(SchedulerCore):
                 index += 1
                 continue
             num_new = request.num_tokens + request.placeholders - request.num_computed
+            num_new += self._drafts(request, num_new)
             if 0 < threshold < num_new:
                 num_new = threshold
             num_new = min(num_new, budget, self.max_model_len - request.num_computed - 1)
@@ -120,28 +121,24 @@ class VllmScheduler(SchedulerCore):
                 skipped.append(waiting.popleft())
                 continue
             hits = kv.lookup(request)
-            hit_tokens = len(hits) * kv.block_size
+            loaded = kv.lookup_host(request, len(hits)) if kv.host is not None else 0
+            hit_tokens = (len(hits) + loaded) * kv.block_size
             num_new = request.num_tokens - hit_tokens
             if 0 < threshold < num_new:
                 num_new = threshold
             if not self.enable_chunked_prefill and num_new > budget:
                 break
             num_new = min(num_new, budget)
-            if not kv.admit(request, hits, num_new, has_running=self._num_running() > 0):
+            if not kv.admit(request, hits, num_new, has_running=self._num_running() > 0, loaded=loaded):
                 blocked = request
                 break
             waiting.popleft()
-            self._start_running(request, out, num_new, hit_tokens)
+            self._start_running(request, out, num_new, hit_tokens, loaded)
             budget -= num_new
         # Skipped requests go back to the front, in their original order.
         waiting.extendleft(reversed(skipped))
         return blocked
 
     def _preempt(self, request: Request) -> None:
-        self.kv.free(request, finished=False)
-        request.status = Status.PREEMPTED
-        request.num_computed = 0
-        request.stale = request.in_flight
-        request.placeholders = 0
-        request.num_preemptions += 1
+        self._stop_running(request)
         self.waiting.appendleft(request)

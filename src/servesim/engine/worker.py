@@ -182,7 +182,8 @@ class Worker:
 
     def _start(self, decided: ScheduledPass, now: int) -> None:
         decided.index = self.num_passes
-        duration = self.timing.duration_ns(PassShape.of(decided))
+        # A pass that admits host-tier prefix hits waits for their copy back to the GPU.
+        duration = self.timing.duration_ns(PassShape.of(decided)) + decided.load_ns
         if decided.group_size and not decided.entries and self.fast_forward and not self.intake:
             duration = self._fast_forward(decided, now, duration) or duration
         self.num_passes += decided.group_steps

@@ -15,7 +15,7 @@ REQUEST_COLUMNS = (
     "request_id", "arrival_ms", "first_token_ms", "finish_ms", "input_length", "output_length",
     "cached_tokens", "preemptions", "worker", "ttft_ms", "e2e_ms",
     "tpot_ms", "first_scheduled_ms", "requested_output_length", "status",
-    "prefill_worker", "transfer_start_ms", "transfer_end_ms", "transfer_bytes",
+    "prefill_worker", "transfer_start_ms", "transfer_end_ms", "transfer_bytes", "host_cached_tokens",
 )
 STATUSES = ("ok", "length_capped", "rejected")
 _NONE = -1
@@ -39,6 +39,7 @@ class RequestRecord:
     transfer_start_ns: int | None = None
     transfer_end_ns: int | None = None
     transfer_bytes: int = 0
+    host_cached_tokens: int = 0  # KV offload: prompt tokens loaded from the host tier at first admission
 
     @property
     def completed(self) -> bool:
@@ -81,6 +82,7 @@ def csv_row(r: RequestRecord) -> str:
         r.worker, _ms(r.ttft_ns), _ms(r.e2e_ns), _ms(r.tpot_ns), _ms(r.first_scheduled_ns),
         str(r.requested_output_length), r.status,
         r.prefill_worker, _ms(r.transfer_start_ns), _ms(r.transfer_end_ns), str(r.transfer_bytes),
+        str(r.host_cached_tokens),
     ))
 
 
@@ -92,7 +94,8 @@ class RequestTable:
 
     _INT_COLUMNS = ("request_id", "arrival_ns", "first_token_ns", "finish_ns", "input_length",
                     "output_length", "cached_tokens", "preemptions", "first_scheduled_ns",
-                    "requested_output_length", "transfer_start_ns", "transfer_end_ns", "transfer_bytes")
+                    "requested_output_length", "transfer_start_ns", "transfer_end_ns", "transfer_bytes",
+                    "host_cached_tokens")
 
     def __init__(self) -> None:
         for name in self._INT_COLUMNS:
@@ -120,6 +123,7 @@ class RequestTable:
         self.transfer_start_ns.append(_NONE if request.transfer_start_ns is None else request.transfer_start_ns)
         self.transfer_end_ns.append(_NONE if request.transfer_end_ns is None else request.transfer_end_ns)
         self.transfer_bytes.append(request.transfer_bytes)
+        self.host_cached_tokens.append(request.host_cached_tokens)
         self.status.append(status_of(request))
         self._order = None
 
@@ -156,6 +160,7 @@ class RequestTable:
             requested_output_length=self.requested_output_length[i], status=STATUSES[self.status[i]],
             prefill_worker=self.workers[self.prefill_worker[i]], transfer_start_ns=opt(self.transfer_start_ns),
             transfer_end_ns=opt(self.transfer_end_ns), transfer_bytes=self.transfer_bytes[i],
+            host_cached_tokens=self.host_cached_tokens[i],
         )
 
     def __getitem__(self, position: int) -> RequestRecord:

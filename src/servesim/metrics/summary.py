@@ -46,30 +46,34 @@ def _hist_stats(name: str, hist: LogHistogram) -> dict[str, float | None]:
 
 def summarize(table: RequestTable, itl: LogHistogram, slo: SloConfig, warmup: int = 0) -> dict:
     status = table.column("status")
-    done = status != 2  # not rejected
-    if warmup:
-        done &= table.column("request_id") >= warmup
-    arrival = table.column("arrival_ns")
-    finish = table.column("finish_ns")
+    # Warm-up requests (the first `warmup` ids) are left out of every figure here; they still
+    # load the engine, and the ITL histogram, filled pass by pass, includes their gaps.
+    measured = table.column("request_id") >= warmup if warmup else np.ones(len(table), dtype=bool)
+    done = measured & (status != 2)  # not rejected
+    arrival_all = table.column("arrival_ns")
+    finish_all = table.column("finish_ns")
+    arrival = arrival_all[measured]
+    finish = finish_all[measured]
     first_token = table.column("first_token_ns")[done]
     out_len = table.column("output_length")[done]
     in_len = table.column("input_length")[done]
     n = int(done.sum())
-    failed = len(table) - n
-    first_arrival = int(arrival.min()) if len(table) else 0
+    failed = int(measured.sum()) - n
+    first_arrival = int(arrival.min()) if arrival.size else 0
     finished = finish[finish >= 0]
     last_finish = int(finished.max()) if finished.size else first_arrival
     duration_ns = max(last_finish - first_arrival, 0)
     duration_s = duration_ns / 1e9
-    ttft = (first_token - arrival[done]) / 1e6
-    e2e = (finish[done] - arrival[done]) / 1e6
+    ttft = (first_token - arrival_all[done]) / 1e6
+    e2e = (finish_all[done] - arrival_all[done]) / 1e6
     multi = out_len > 1
     with np.errstate(divide="ignore", invalid="ignore"):
-        per_request_tpot = np.where(multi, (finish[done] - first_token) / np.maximum(out_len - 1, 1) / 1e6, 0.0)
+        per_request_tpot = np.where(multi, (finish_all[done] - first_token) / np.maximum(out_len - 1, 1) / 1e6, 0.0)
     tpot = per_request_tpot[multi]
     input_tokens = int(in_len.sum())
     output_tokens = int(out_len.sum())
     cached = int(table.column("cached_tokens")[done].sum())
+    host_cached = int(table.column("host_cached_tokens")[done].sum())
 
     good = np.ones(n, dtype=bool)
     if slo.ttft_ms is not None:
@@ -102,6 +106,7 @@ def summarize(table: RequestTable, itl: LogHistogram, slo: SloConfig, warmup: in
         "request_goodput_req_s": rate(int(good.sum())),
         "goodput_output_throughput_tok_s": rate(good_output),
         "prefix_cache_hit_rate": cached / input_tokens if input_tokens else None,
+        "host_cache_hit_rate": host_cached / input_tokens if input_tokens else None,
         "preempted_requests": int((table.column("preemptions")[done] > 0).sum()),
     }
     return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in summary.items()}

@@ -36,6 +36,8 @@ def summary_rows(summary: dict, config: SimulationConfig) -> list[tuple[str, str
                                            else 100 * summary["prefix_cache_hit_rate"])),
         ("Preemptions", _num(summary["preemptions"])),
     ]
+    if summary.get("mean_acceptance_length") is not None:
+        rows.append(("Mean acceptance length (tok)", _num(summary["mean_acceptance_length"])))
     for title, key in (("Time to First Token", "ttft"), ("Time per Output Token (excl. 1st token)", "tpot"),
                        ("Inter-token Latency", "itl"), ("End-to-end Latency", "e2e")):
         short = key.upper() if key != "e2e" else "E2E"

@@ -100,20 +100,20 @@ class PolynomialTimingModel(TimingModel):
         return np.maximum(1, np.round(ns)).astype(np.int64)
 
 
-def build_timing_model(cfg: TimingConfig, deployment=None, backend: str = "vllm") -> TimingModel:
+def build_timing_model(cfg: TimingConfig, deployment=None, backend: str = "vllm", speculative=None) -> TimingModel:
     if isinstance(cfg, FixedTiming):
         return FixedTimingModel(cfg)
     if isinstance(cfg, PolynomialTiming):
         return PolynomialTimingModel(cfg)
     if isinstance(cfg, RooflineTiming):
-        from servesim.timing.roofline import RooflineTimingModel, fitted_profile, profile_with_overrides
+        from servesim.timing.roofline import (RooflineTimingModel, fitted_profile, named_profile,
+                                              profile_with_overrides)
 
         if cfg.profile is not None:
-            gpu_name, _, profile_backend = cfg.profile.partition("/")
-            profile, _ = fitted_profile(gpu_name, profile_backend or backend)
+            profile = named_profile(cfg.profile if "/" in cfg.profile else f"{cfg.profile}/{backend}")
         else:
             profile, _ = fitted_profile(deployment.gpu.name, backend)
-        return RooflineTimingModel(deployment, profile_with_overrides(profile, cfg))
+        return RooflineTimingModel(deployment, profile_with_overrides(profile, cfg), speculative)
     if isinstance(cfg, AicTiming):
         from servesim.timing.aic import AicTimingModel
 

@@ -72,9 +72,33 @@ def fitted_profile(gpu: str, backend: str) -> tuple[RooflineProfile, str]:
     return RooflineProfile(), "built-in defaults"
 
 
+def named_profile(name: str) -> RooflineProfile:
+    """A fitted profile by its key ("h100-sxm/vllm", "*/sglang", "*/*"); GPU aliases are accepted."""
+    data = _fitted_profiles().get("profiles", {})
+    gpu, _, backend = name.partition("/")
+    if gpu != "*":
+        from servesim.errors import ServesimError
+        from servesim.hardware import resolve_gpu
+
+        try:
+            gpu = resolve_gpu(gpu).name
+        except ServesimError:
+            pass
+    key = f"{gpu}/{backend}"
+    if key not in data:
+        from servesim.errors import ServesimError
+
+        raise ServesimError(f"engine.timing.profile: no fitted profile {name!r}; the fitted ones are "
+                            f"{', '.join(sorted(data))}")
+    return RooflineProfile.from_dict(data[key])
+
+
 class RooflineTimingModel(TimingModel):
-    def __init__(self, deployment: Deployment, profile: RooflineProfile) -> None:
+    def __init__(self, deployment: Deployment, profile: RooflineProfile, speculative=None) -> None:
         self.deployment = dep = deployment
+        # EAGLE and MTP drafters are small models run k times per pass; n-gram drafting is free.
+        self._draft_steps = (speculative.num_speculative_tokens
+                             if speculative is not None and speculative.method in ("eagle", "mtp") else 0)
         self.profile = p = profile
         arch = dep.arch
         gpu = dep.gpu
@@ -126,15 +150,18 @@ class RooflineTimingModel(TimingModel):
     def _gemm_efficiency(self, rows: float) -> float:
         return rows / (rows + self._half) if rows > 0 else 1.0
 
-    def _fixed_seconds(self, tokens: int, requests: int) -> float:
-        """Everything but attention: GEMMs, experts, LM head, communication, overheads."""
+    def _fixed_seconds(self, tokens: int, requests: int, logits: int | None = None) -> float:
+        """Everything but attention: GEMMs, experts, LM head, communication, overheads.
+
+        `logits` is the rows the LM head scores: one per request, or 1 + k per request
+        verifying k drafts.
+        """
         dp = self._dp
         rows = tokens / dp
-        req_rows = requests / dp
+        req_rows = (requests if logits is None else logits) / dp
         eff = self._gemm_efficiency(rows)
         dense = max(self._dense_flops_per_token * rows / (self._peak_dense * eff), self._dense_bytes / self._hbm)
-        head_eff = self._gemm_efficiency(req_rows)
-        head = max(self._head_flops_per_request * req_rows / (self._peak_dense * head_eff), self._head_bytes / self._hbm)
+        head = self._head_seconds(req_rows)
         moe = 0.0
         if self._moe_layers:
             # Expected distinct experts T tokens touch when each picks k of E: E·(1 − (1 − k/E)^T).
@@ -152,6 +179,23 @@ class RooflineTimingModel(TimingModel):
             volume = 2 * (dep.ep - 1) / dep.ep * rows * self._k * self._hidden_bytes
             comm += self._moe_layers * (volume / self._link + 2 * self._latency)
         return self._overhead + self._per_request * requests + dense + head + moe + comm
+
+    def _head_seconds(self, req_rows: float) -> float:
+        eff = self._gemm_efficiency(req_rows)
+        return max(self._head_flops_per_request * req_rows / (self._peak_dense * eff), self._head_bytes / self._hbm)
+
+    def _draft_seconds(self, rows: int, context: float) -> float:
+        """An EAGLE/MTP drafter's k autoregressive steps over the requests that sampled.
+
+        A draft step is one decoder layer of the target's shape plus the LM head: the
+        target's per-layer share of GEMMs, experts, communication and attention, plus its
+        per-layer launch overhead and a full LM head.
+        """
+        head = self._head_seconds(rows / self._dp)
+        body = self._fixed_seconds(rows, rows) - self._overhead - self._per_request * rows - head
+        attention = self._decode_attention_seconds(rows, context, rows) if context else 0.0
+        per_step = (body + attention) / self._layers + self.profile.per_layer_overhead_us * 1e-6 + head
+        return self._draft_steps * per_step
 
     def _prefill_attention_seconds(self, chunks: list[tuple[int, int]]) -> float:
         flops = 0.0
@@ -176,15 +220,25 @@ class RooflineTimingModel(TimingModel):
         requests = shape.num_decodes + len(shape.prefill_chunks)
         for chunk_tokens, _ in shape.prefill_chunks:
             tokens += chunk_tokens
-        seconds = self._fixed_seconds(tokens, requests)
+        drafts = shape.decode_tokens - shape.num_decodes
+        seconds = self._fixed_seconds(tokens, requests, requests + drafts if drafts else None)
         if shape.prefill_chunks:
             seconds += self._prefill_attention_seconds(shape.prefill_chunks)
         if shape.num_decodes:
-            seconds += self._decode_attention_seconds(shape.num_decodes, float(shape.decode_context))
+            seconds += self._decode_attention_seconds(shape.num_decodes, float(shape.decode_context),
+                                                      shape.decode_tokens)
+            if self._draft_steps and shape.decode_tokens > shape.num_decodes:
+                seconds += self._draft_seconds(shape.num_decodes + len(shape.prefill_chunks),
+                                               float(shape.decode_context))
         return max(1, round(seconds * 1e9))
 
-    def _decode_attention_seconds(self, decodes, context):
-        """Works on floats and on numpy arrays alike (the same operations, in the same order)."""
+    def _decode_attention_seconds(self, decodes, context, queries=None):
+        """Works on floats and on numpy arrays alike (the same operations, in the same order).
+
+        `queries` (default: one per request) is the query tokens: with speculative drafts each
+        request scores 1 + k positions against (about) the same context, so compute grows with
+        them while the KV read does not.
+        """
         per_ctx = self._full_layers * 1.0
         if self._sliding_layers:
             mean = context / decodes
@@ -194,6 +248,8 @@ class RooflineTimingModel(TimingModel):
             windowed = 0.0
         ctx_layers = context * per_ctx + windowed * self._sliding_layers
         flops = ctx_layers * self._decode_attn_flops_per_ctx / self._dp
+        if queries is not None and queries != decodes:
+            flops = flops * (queries / decodes)
         kv = ctx_layers * self._kv_bytes_layer / self._dp
         compute = flops / self._peak_attention
         memory = kv / self._hbm

@@ -21,10 +21,40 @@ _MAX_END = 1 << _END_BITS
 
 
 class PrefixInterner:
-    """Gives every distinct hash_id prefix a small integer id (shared across requests)."""
+    """Gives every distinct hash_id prefix a small integer id (shared across requests).
+
+    When the whole trace is known up front, `count_requests` records how many requests
+    reach each prefix. A prefix only one request reaches can never be hit by another, so
+    its blocks are that request's own (unique keys): the fast KV cache then keeps them in
+    its cheap private form instead of caching every block of a trace whose prompts rarely
+    repeat. Hits are unchanged: no other request could have produced those keys.
+    """
 
     def __init__(self) -> None:
         self._nodes: dict[tuple[int, int], int] = {}
+        self.counts: dict[int, int] | None = None
+
+    def count_requests(self, requests, trace_block_size: int) -> None:
+        counts: dict[int, int] = {}
+        get = counts.get
+        for request in requests:
+            hash_ids = request.hash_ids
+            if not hash_ids:
+                continue
+            reach = -(-min(request.input_length, len(hash_ids) * trace_block_size) // trace_block_size)
+            for node in self.prefix_ids(hash_ids, reach):
+                counts[node] = get(node, 0) + 1
+        self.counts = counts
+
+    def shared_reach(self, prefix_ids: list[int]) -> int:
+        """How many leading prefixes more than one request reaches (all of them when uncounted)."""
+        counts = self.counts
+        if counts is None:
+            return len(prefix_ids)
+        for i, node in enumerate(prefix_ids):
+            if counts.get(node, 0) < 2:
+                return i
+        return len(prefix_ids)
 
     def prefix_ids(self, hash_ids: tuple[int, ...], count: int) -> list[int]:
         """Ids of hash_ids[:1], hash_ids[:2], ..., hash_ids[:count]."""
@@ -60,9 +90,14 @@ class BlockKeys:
         self._unique_base = -(request_id << _END_BITS) - 1
         if hash_ids:
             covered = min(input_length, len(hash_ids) * trace_block_size)
+            needed = -(-(covered // block_size) * block_size // trace_block_size)
+            prefix_ids = interner.prefix_ids(hash_ids, needed)
+            reach = interner.shared_reach(prefix_ids)
+            if reach < len(prefix_ids):   # past it the prompt is this request's alone
+                covered = min(covered, reach * trace_block_size)
+                prefix_ids = prefix_ids[:reach]
             self.shared_blocks = covered // block_size
-            needed = -(-self.shared_blocks * block_size // trace_block_size)
-            self._prefix_ids = interner.prefix_ids(hash_ids, needed)
+            self._prefix_ids = prefix_ids
         else:
             self.shared_blocks = 0
             self._prefix_ids = []
