@@ -52,11 +52,12 @@ def test_run_plots_are_pngs_of_the_records(result, tmp_path):
         assert series["running"].tolist() == timeline["running"]
         assert series["waiting"].tolist() == timeline["waiting"]
         assert series["kv_percent"].tolist() == [100 * u for u in timeline["kv_utilization"]]
-        # The throughput curve integrates to the tokens this worker delivered: its requests' outputs.
-        widths = np.diff(np.linspace(0, timeline["time_ms"][-1] / 1e3, series["window_s"].size + 1))
+        # The throughput curves integrate to the worker's totals: its requests' outputs, its tokens.
+        widths = np.diff(series["window_edges_s"])
         delivered = sum(r.output_length for r in records if r.worker == worker)
         assert float((series["output_tok_s"] * widths).sum()) == pytest.approx(delivered)
-        assert timeline["output_tokens"][-1] == delivered
+        assert float((series["computed_tok_s"] * widths).sum()) == pytest.approx(timeline["tokens"][-1])
+        assert series["window_edges_s"][-1] * 1e3 == max(r.finish_ns for r in records if r.worker == worker) / 1e6
     # Passes and tokens add up to the run's totals.
     assert sum(t["passes"][-1] for t in result.timelines.values()) == result.summary["passes"]
 
@@ -71,6 +72,23 @@ def test_timeline_is_thinned_but_keeps_the_last_pass():
         assert timeline["waiting"][-1] == 0
     worker_passes = {w["worker"]: w["passes"] for w in result.summary["workers"]}
     assert {name: t["passes"][-1] for name, t in result.timelines.items()} == worker_passes
+
+
+def test_output_throughput_spreads_each_request_from_first_token_to_finish():
+    requests = {"first_ms": np.array([0.0, 10.0]), "finish_ms": np.array([20.0, 10.0]),
+                "output_length": np.array([5.0, 1.0])}
+    # Request 0: 1 token at 0 ms, 4 more evenly to 20 ms; request 1: its one token at 10 ms.
+    assert plots.output_tokens_by(np.array([0.0, 5.0, 10.0, 20.0]), requests).tolist() == [1.0, 2.0, 4.0, 6.0]
+
+
+def test_a_prefill_workers_panel_shows_prompt_tokens_computed(tmp_path):
+    config = {**SMALL, "engine": {**SMALL["engine"], "workers": {
+        role: {"scheduler": SMALL["engine"]["workers"]["aggregated"]["scheduler"]} for role in ("prefill", "decode")}}}
+    result = servesim.simulate(config)
+    data = plots.plot_run(result, {name: tmp_path / name for name in plots.run_plot_names(result)})
+    assert data["timeline_prefill-0.png"]["output_tok_s"] is None
+    assert data["timeline_decode-0.png"]["output_tok_s"] is not None
+    assert (tmp_path / "timeline_prefill-0.png").read_bytes()[:8] == PNG_MAGIC
 
 
 def test_cdf_of_a_hand_made_list():

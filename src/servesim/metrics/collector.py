@@ -60,7 +60,6 @@ class Collector:
         stats.passes += steps
         stats.requests += batch * steps
         stats.tokens += done.num_tokens
-        stats.output_tokens += len(done.delivered) + done.bulk_deliveries * steps
         stats.preemptions += len(done.preempted)
         stats.sample(end, worker.scheduler.kv.num_used, batch)
         if self.pass_log is not None:
@@ -124,8 +123,8 @@ class WorkerStats:
     The timeline is sampled at pass ends (every pass at first, every 2nd, 4th, ... pass as
     the run grows, so it stays under 2 × TIMELINE_POINTS points). Each point holds the
     instantaneous state (KV blocks in use, requests in the pass just ended, requests
-    waiting in the engine) and cumulative counters (tokens computed, passes, output
-    tokens delivered), so rates over any window survive the thinning exactly.
+    waiting in the engine) and cumulative counters (tokens computed, passes), so rates
+    over any window survive the thinning exactly.
     """
 
     def __init__(self, worker) -> None:
@@ -135,13 +134,12 @@ class WorkerStats:
         self.passes = 0
         self.requests = 0      # Σ over passes of the requests in the pass
         self.tokens = 0
-        self.output_tokens = 0  # output tokens sampled (first tokens included)
         self.preemptions = 0
         self.kv_weighted = 0   # Σ of used blocks × time since the last sample
         self.kv_max = 0
         self.last_ns = 0
-        # (time ns, used blocks, requests in the pass, waiting, Σ tokens, Σ passes, Σ output tokens)
-        self.timeline: list[tuple[int, int, int, int, int, int, int]] = []
+        # (time ns, used blocks, requests in the pass, waiting, Σ tokens computed, Σ passes)
+        self.timeline: list[tuple[int, int, int, int, int, int]] = []
         self._last_point: tuple | None = None
         self._stride = 1
         self._skipped = 0
@@ -150,7 +148,7 @@ class WorkerStats:
         worker = self.worker
         scheduler = worker.scheduler
         waiting = len(worker.intake) + len(scheduler.waiting) + len(getattr(scheduler, "transferred", ()))
-        return (now, used_blocks, batch, waiting, self.tokens, self.passes, self.output_tokens)
+        return (now, used_blocks, batch, waiting, self.tokens, self.passes)
 
     def sample(self, now: int, used_blocks: int, batch: int = 0) -> None:
         self.kv_weighted += used_blocks * (now - self.last_ns)
@@ -191,7 +189,7 @@ class WorkerStats:
 
         `time_ms`, `kv_utilization` (used / usable blocks), `running` (requests in the pass
         that just ended), `waiting` (arrived, not running), and the cumulative `tokens`
-        (prefill + decode computed), `passes` and `output_tokens`.
+        (prefill + decode computed) and `passes`.
         """
         points = list(self.timeline)
         if self._last_point is not None:
@@ -204,5 +202,4 @@ class WorkerStats:
             "waiting": [p[3] for p in points],
             "tokens": [p[4] for p in points],
             "passes": [p[5] for p in points],
-            "output_tokens": [p[6] for p in points],
         }

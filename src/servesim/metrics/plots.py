@@ -91,49 +91,76 @@ def plot_cdf(values_ms: np.ndarray, path: Path, metric: str, slo_ms: float | Non
 # --------------------------------------------------------------------------- worker timelines
 
 
-def _rates(time_ms: np.ndarray, cumulative: np.ndarray, per: np.ndarray | None, bins: int):
-    """Rates over uniform windows from a cumulative counter sampled at `time_ms`.
-
-    Returns (window centres in s, Δcounter / Δseconds), or, when `per` (another
-    cumulative counter) is given, Δcounter / Δper (NaN where Δper is 0).
-    """
-    end = float(time_ms[-1]) if time_ms.size else 0.0
-    if end <= 0:
-        return np.zeros(0), np.zeros(0)
-    edges = np.linspace(0.0, end, bins + 1)
-    at = np.interp(edges, np.concatenate(([0.0], time_ms)), np.concatenate(([0.0], cumulative)))
-    delta = np.diff(at)
-    if per is None:
-        rate = delta / (np.diff(edges) / 1e3)
-    else:
-        denominator = np.diff(np.interp(edges, np.concatenate(([0.0], time_ms)), np.concatenate(([0.0], per))))
-        with np.errstate(divide="ignore", invalid="ignore"):
-            rate = np.where(denominator > 0, delta / np.where(denominator > 0, denominator, 1), np.nan)
-    return (edges[:-1] + edges[1:]) / 2e3, rate
+def _at(edges_ms: np.ndarray, time_ms: np.ndarray, cumulative) -> np.ndarray:
+    """A cumulative counter sampled at `time_ms` (0 at time 0), interpolated at `edges_ms`."""
+    return np.interp(edges_ms, np.concatenate(([0.0], time_ms)),
+                     np.concatenate(([0.0], np.asarray(cumulative, dtype=float))))
 
 
-def timeline_series(timeline: dict[str, list], bins: int = 120) -> dict[str, np.ndarray]:
-    """What `plot_worker_timeline` draws, from one worker's `Result.timelines` entry."""
+def worker_requests(table: RequestTable, worker: str) -> dict[str, np.ndarray]:
+    """First-token and finish times (ms) and output lengths of the served requests whose
+    (decode) worker is `worker`, warm-up included: they all loaded it."""
+    if worker not in table.workers:
+        return {"first_ms": np.zeros(0), "finish_ms": np.zeros(0), "output_length": np.zeros(0)}
+    mine = (table.column("worker") == table.workers.index(worker)) & (table.column("status") != 2)
+    return {"first_ms": table.column("first_token_ns")[mine] / 1e6,
+            "finish_ms": table.column("finish_ns")[mine] / 1e6,
+            "output_length": table.column("output_length")[mine].astype(float)}
+
+
+def output_tokens_by(edges_ms: np.ndarray, requests: dict[str, np.ndarray]) -> np.ndarray:
+    """Output tokens delivered by each edge: a request's first token at its first-token time,
+    the rest spread evenly up to its finish (records keep no per-token times)."""
+    out = np.zeros(edges_ms.size)
+    first, finish, length = requests["first_ms"], requests["finish_ms"], requests["output_length"]
+    for lo in range(0, first.size, 4096):   # edges × requests, a block of requests at a time
+        f, e, n = first[lo:lo + 4096], finish[lo:lo + 4096], length[lo:lo + 4096]
+        t = edges_ms[:, None]
+        spread = np.clip((t - f) / np.maximum(e - f, 1e-9), 0.0, 1.0)
+        out += ((t >= f) + (n - 1) * spread).sum(axis=1)
+    return out
+
+
+def timeline_series(timeline: dict[str, list], requests: dict[str, np.ndarray] | None = None,
+                    bins: int = 120) -> dict[str, np.ndarray]:
+    """What `plot_worker_timeline` draws: the worker's sampled state as is, and rates over
+    `bins` equal windows (tokens per pass, tokens computed per second, and, from `requests`
+    (see `worker_requests`), output tokens per second)."""
     time_ms = np.asarray(timeline["time_ms"], dtype=float)
-    bins = max(1, min(bins, time_ms.size))
-    window_s, output_rate = _rates(time_ms, np.asarray(timeline["output_tokens"], dtype=float), None, bins)
-    _, tokens_per_pass = _rates(time_ms, np.asarray(timeline["tokens"], dtype=float),
-                                np.asarray(timeline["passes"], dtype=float), bins)
+    last = max([float(time_ms[-1]) if time_ms.size else 0.0]
+               + ([float(requests["finish_ms"].max())] if requests is not None and requests["finish_ms"].size else []))
+    edges = np.linspace(0.0, last, max(1, min(bins, time_ms.size)) + 1)
+    seconds = np.diff(edges) / 1e3
+    tokens = np.diff(_at(edges, time_ms, timeline["tokens"]))
+    passes = np.diff(_at(edges, time_ms, timeline["passes"]))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        tokens_per_pass = np.where(passes > 0, tokens / np.where(passes > 0, passes, 1), np.nan)
+        computed = np.where(seconds > 0, tokens / np.where(seconds > 0, seconds, 1), 0.0)
+        output = None
+        if requests is not None and requests["output_length"].size:
+            delivered = np.diff(output_tokens_by(edges, requests))
+            output = np.where(seconds > 0, delivered / np.where(seconds > 0, seconds, 1), 0.0)
     return {
         "time_s": time_ms / 1e3,
         "running": np.asarray(timeline["running"]),
         "waiting": np.asarray(timeline["waiting"]),
         "kv_percent": 100 * np.asarray(timeline["kv_utilization"], dtype=float),
-        "window_s": window_s,
-        "output_tok_s": output_rate,
+        "window_edges_s": edges / 1e3,
+        "window_s": (edges[:-1] + edges[1:]) / 2e3,
         "tokens_per_pass": tokens_per_pass,
+        "computed_tok_s": computed,
+        "output_tok_s": output,
     }
 
 
 def plot_worker_timeline(worker: str, timeline: dict[str, list], path: Path, subtitle: str = "",
-                         bins: int = 120) -> dict[str, np.ndarray]:
-    """Four panels over simulated time: requests, KV cache, tokens per pass, output throughput."""
-    s = timeline_series(timeline, bins)
+                         requests: dict[str, np.ndarray] | None = None, bins: int = 120) -> dict[str, np.ndarray]:
+    """Four panels over simulated time: requests, KV cache, tokens per pass, throughput.
+
+    The throughput is output tokens per second for a worker that serves requests to the end
+    (aggregated, decode), prompt tokens computed per second for a prefill worker.
+    """
+    s = timeline_series(timeline, requests, bins)
     fig, axes = _figure(8.0, 8.5, rows=4)
     fig.suptitle(f"Worker {worker} over simulated time" + (f"\n{subtitle}" if subtitle else ""), fontsize=11)
     ax = axes[0]
@@ -141,7 +168,7 @@ def plot_worker_timeline(worker: str, timeline: dict[str, list], path: Path, sub
     ax.step(s["time_s"], s["waiting"], where="post", color=_ORANGE, linewidth=1.2, label="waiting")
     ax.set_ylabel("requests")
     ax.set_title("Requests running and waiting", fontsize=10, loc="left")
-    ax.legend(loc="upper right", fontsize=8)
+    ax.legend(loc="best", fontsize=8, framealpha=0.9)
     ax = axes[1]
     ax.plot(s["time_s"], s["kv_percent"], color=_GREEN, linewidth=1.2)
     ax.set_ylabel("KV cache used (%)")
@@ -153,10 +180,16 @@ def plot_worker_timeline(worker: str, timeline: dict[str, list], path: Path, sub
     ax.set_ylim(bottom=0)
     ax.set_title("Tokens per pass (prefill + decode, window mean)", fontsize=10, loc="left")
     ax = axes[3]
-    ax.plot(s["window_s"], s["output_tok_s"], color=_RED, linewidth=1.2)
-    ax.set_ylabel("output tokens / s")
+    if s["output_tok_s"] is not None:
+        ax.plot(s["window_s"], s["output_tok_s"], color=_RED, linewidth=1.2)
+        ax.set_ylabel("output tokens / s")
+        ax.set_title("Output throughput (each request's tokens spread from its first token to its finish)",
+                     fontsize=10, loc="left")
+    else:
+        ax.plot(s["window_s"], s["computed_tok_s"], color=_RED, linewidth=1.2)
+        ax.set_ylabel("tokens computed / s")
+        ax.set_title("Prefill throughput (prompt tokens computed per second)", fontsize=10, loc="left")
     ax.set_ylim(bottom=0)
-    ax.set_title("Output throughput (output tokens sampled, first tokens included)", fontsize=10, loc="left")
     ax.set_xlabel("simulated time (s)")
     fig.savefig(path)
     return s
@@ -181,7 +214,8 @@ def plot_run(result, paths: dict[str, Path]) -> dict[str, dict]:
     }
     for worker, timeline in result.timelines.items():
         name = f"timeline_{worker}.png"
-        data[name] = plot_worker_timeline(worker, timeline, paths[name], subtitle)
+        data[name] = plot_worker_timeline(worker, timeline, paths[name], subtitle,
+                                          worker_requests(result.requests, worker))
     return data
 
 
