@@ -14,7 +14,7 @@ from pathlib import Path
 from servesim.metrics.output import AtomicFiles
 from servesim.sweep.objective import OBJECTIVE_LABELS, derived_metrics, pareto_frontier
 from servesim.sweep.runner import SweepResult
-from servesim.sweep.trials import apply_overrides, fleet_label
+from servesim.sweep.trials import apply_overrides
 from servesim.yaml_io import dump_yaml
 
 
@@ -36,7 +36,8 @@ def build_report(result: SweepResult) -> Report:
     rows = result.final_rows()
     ranked = result.judge.ranked(rows)
     best = ranked[0] if ranked and result.judge.meets(ranked[0]) else None
-    labels = {row["trial_id"]: fleet_label(final_config(result, row)) for row in rows}
+    plan = result.plan
+    labels = {row["trial_id"]: plan.label(plan.candidates[row["candidate"]]) for row in rows}
     return Report(ranked, best, pareto_frontier(_points(rows)), labels)
 
 
@@ -98,7 +99,7 @@ def _write_trials_csv(result: SweepResult, path: Path) -> None:
             candidate = result.plan.candidates[record[names.index("candidate")]]
             derived = derived_metrics(row["summary"]) if row and row["summary"] else {}
             writer.writerow([trial_id, int(judge.meets(row)) if row else "",
-                             fleet_label(apply_overrides(result.plan.base, candidate.overrides)),
+                             result.plan.label(candidate),
                              result.plan.describe(candidate)]
                             + ["" if derived.get(k) is None else f"{derived[k]:.6g}"
                                for k in ("goodput_per_gpu", "throughput_per_gpu", "tok_s_per_user")]

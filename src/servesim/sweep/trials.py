@@ -243,6 +243,7 @@ class Plan:
         for _ in self.budgets[1:]:
             self.sizes.append(max(1, math.ceil(self.sizes[-1] / halving.eta)))
         self.first_ids = [sum(self.sizes[:i]) for i in range(len(self.sizes))]
+        self._labels: dict[int, str] = {}
 
     @property
     def varying(self) -> set[str]:
@@ -252,6 +253,12 @@ class Plan:
 
     def describe(self, candidate: Candidate) -> str:
         return describe_overrides(candidate.overrides, self.varying)
+
+    def label(self, candidate: Candidate) -> str:
+        """The candidate's fleet, e.g. `2× agg TP4` (worked out once per candidate)."""
+        if candidate.index not in self._labels:
+            self._labels[candidate.index] = fleet_label(apply_overrides(self.base, candidate.overrides))
+        return self._labels[candidate.index]
 
     @property
     def total_trials(self) -> int:
