@@ -31,6 +31,8 @@ class Result:
     requests: RequestTable                 # iterates RequestRecords sorted by request_id
     config: SimulationConfig               # the resolved config that ran
     warnings: list[str] = field(default_factory=list)
+    # Per worker, in fleet order: sampled state over simulated time (metrics/collector.py).
+    timelines: dict[str, dict[str, list]] = field(default_factory=dict)
 
 
 def _load_requests(run: ResolvedRun) -> tuple[Iterable[TraceRequest], dict[str, Any]]:
@@ -130,7 +132,7 @@ def simulate(
         "mean_acceptance_length": _mean_acceptance_length(sim.roles),
         "workers": collector.worker_summaries(sim.now),
     })
-    return Result(summary=summary, requests=records, config=cfg, warnings=notes)
+    return Result(summary=summary, requests=records, config=cfg, warnings=notes, timelines=collector.timelines())
 
 
 def _mean_acceptance_length(roles) -> float | None:

@@ -61,7 +61,7 @@ class Collector:
         stats.requests += batch * steps
         stats.tokens += done.num_tokens
         stats.preemptions += len(done.preempted)
-        stats.sample(end, worker.scheduler.kv.num_used)
+        stats.sample(end, worker.scheduler.kv.num_used, batch)
         if self.pass_log is not None:
             self.pass_log.write(json.dumps(self.pass_record(worker.name, done)) + "\n")
 
@@ -109,12 +109,23 @@ class Collector:
             out.append(stats.summary(sim_ns, int(cached[mine].sum()) if mine is not None else 0, prompt_tokens))
         return out
 
+    def timelines(self) -> dict[str, dict[str, list]]:
+        """Each worker's sampled timeline, in fleet order (see `WorkerStats.timeline_columns`)."""
+        return {name: stats.timeline_columns() for name, stats in self.workers.items()}
+
 
 TIMELINE_POINTS = 256
 
 
 class WorkerStats:
-    """What one worker did: passes, batch sizes, tokens, preemptions, and a KV-usage timeline."""
+    """What one worker did: passes, batch sizes, tokens, preemptions, and a sampled timeline.
+
+    The timeline is sampled at pass ends (every pass at first, every 2nd, 4th, ... pass as
+    the run grows, so it stays under 2 × TIMELINE_POINTS points). Each point holds the
+    instantaneous state (KV blocks in use, requests in the pass just ended, requests
+    waiting in the engine) and cumulative counters (tokens computed, passes), so rates
+    over any window survive the thinning exactly.
+    """
 
     def __init__(self, worker) -> None:
         self.name = worker.name
@@ -127,20 +138,30 @@ class WorkerStats:
         self.kv_weighted = 0   # Σ of used blocks × time since the last sample
         self.kv_max = 0
         self.last_ns = 0
-        self.timeline: list[tuple[int, int]] = []
+        # (time ns, used blocks, requests in the pass, waiting, Σ tokens computed, Σ passes)
+        self.timeline: list[tuple[int, int, int, int, int, int]] = []
+        self._last_point: tuple | None = None
         self._stride = 1
         self._skipped = 0
 
-    def sample(self, now: int, used_blocks: int) -> None:
+    def _point(self, now: int, used_blocks: int, batch: int) -> tuple:
+        worker = self.worker
+        scheduler = worker.scheduler
+        waiting = len(worker.intake) + len(scheduler.waiting) + len(getattr(scheduler, "transferred", ()))
+        return (now, used_blocks, batch, waiting, self.tokens, self.passes)
+
+    def sample(self, now: int, used_blocks: int, batch: int = 0) -> None:
         self.kv_weighted += used_blocks * (now - self.last_ns)
         self.last_ns = now
         if used_blocks > self.kv_max:
             self.kv_max = used_blocks
         self._skipped += 1
         if self._skipped < self._stride:
+            self._last_point = (now, used_blocks, batch)
             return
         self._skipped = 0
-        self.timeline.append((now, used_blocks))
+        self._last_point = None
+        self.timeline.append(self._point(now, used_blocks, batch))
         if len(self.timeline) >= 2 * TIMELINE_POINTS:
             # Keep every other point: the timeline stays compact however long the run.
             self.timeline = self.timeline[::2]
@@ -160,5 +181,25 @@ class WorkerStats:
                                       if prompt_tokens and self.role != "decode" else None),
             "kv_utilization_mean": self.kv_weighted / (sim_ns * usable) if sim_ns and usable else None,
             "kv_utilization_max": self.kv_max / usable if usable else None,
-            "kv_timeline": [[round(t / 1e6, 3), round(used / usable, 5)] for t, used in self.timeline],
+            "kv_timeline": [[round(p[0] / 1e6, 3), round(p[1] / usable, 5)] for p in self.timeline],
+        }
+
+    def timeline_columns(self) -> dict[str, list]:
+        """The timeline as columns, ending at the worker's last pass (even if thinning skipped it).
+
+        `time_ms`, `kv_utilization` (used / usable blocks), `running` (requests in the pass
+        that just ended), `waiting` (arrived, not running), and the cumulative `tokens`
+        (prefill + decode computed) and `passes`.
+        """
+        points = list(self.timeline)
+        if self._last_point is not None:
+            points.append(self._point(*self._last_point))
+        usable = self.worker.scheduler.kv.num_usable or 1
+        return {
+            "time_ms": [p[0] / 1e6 for p in points],
+            "kv_utilization": [p[1] / usable for p in points],
+            "running": [p[2] for p in points],
+            "waiting": [p[3] for p in points],
+            "tokens": [p[4] for p in points],
+            "passes": [p[5] for p in points],
         }

@@ -1,0 +1,193 @@
+"""Running trials: in this process, in a local process pool, or on Ray.
+
+Every trial is one `servesim.simulate(config)` call made by `run_trial`, the same
+public API the CLI uses, returning a plain JSON-able outcome. The executors only move
+configs out and outcomes back, yielding them as they complete; ordering and every
+decision that depends on results stay with the caller (sweep/runner.py).
+
+An executor failure that is not the trial's own (a worker process killed, a Ray node
+lost) comes back as status `lost`, which a resumed sweep runs again.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+import traceback
+import warnings
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+Job = tuple[int, dict]            # (trial id, trial config)
+Outcome = dict[str, Any]          # status, summary, error, wall_time_s
+
+
+def slim_summary(summary: dict) -> dict:
+    """The summary as stored: everything but the per-worker KV-usage timelines."""
+    out = dict(summary)
+    if isinstance(out.get("workers"), list):
+        out["workers"] = [{k: v for k, v in w.items() if k != "kv_timeline"} for w in out["workers"]]
+    return out
+
+
+def run_trial(config: dict) -> Outcome:
+    """Simulate one trial config; a failure is returned as its error, never raised."""
+    from servesim.errors import ServesimError
+    from servesim.run import simulate
+
+    start = time.perf_counter()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            result = simulate(config)
+    except ServesimError as err:
+        return {"status": "error", "summary": None, "error": str(err), "wall_time_s": time.perf_counter() - start}
+    except Exception as err:  # a servesim bug: keep where it happened
+        where = traceback.extract_tb(err.__traceback__)[-1]
+        message = f"{type(err).__name__}: {err} (at {where.filename.rsplit('/', 1)[-1]}:{where.lineno})"
+        return {"status": "error", "summary": None, "error": message, "wall_time_s": time.perf_counter() - start}
+    return {"status": "ok", "summary": slim_summary(result.summary), "error": None,
+            "wall_time_s": time.perf_counter() - start}
+
+
+def _lost(err: BaseException) -> Outcome:
+    return {"status": "lost", "summary": None, "error": f"{type(err).__name__}: {err}", "wall_time_s": None}
+
+
+class InlineExecutor:
+    """Trials one after another in this process (`--workers 1`)."""
+
+    description = "in this process"
+
+    def run(self, jobs: Sequence[Job]) -> Iterator[tuple[int, Outcome]]:
+        for trial_id, config in jobs:
+            yield trial_id, run_trial(config)
+
+    def abort(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _ignore_sigint() -> None:
+    # Ctrl-C is the coordinator's to handle; workers are stopped by it.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+class PoolExecutor:
+    """A local `concurrent.futures.ProcessPoolExecutor` of `workers` processes (spawned)."""
+
+    def __init__(self, workers: int) -> None:
+        self.workers = workers
+        self.description = f"in a pool of {workers} local processes"
+        self._pool = None
+
+    def _ensure(self):
+        if self._pool is None:
+            import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor
+
+            self._pool = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"),
+                                             initializer=_ignore_sigint)
+        return self._pool
+
+    def run(self, jobs: Sequence[Job]) -> Iterator[tuple[int, Outcome]]:
+        from concurrent.futures import as_completed
+        from concurrent.futures.process import BrokenProcessPool
+
+        if not jobs:
+            return
+        pool = self._ensure()
+        futures = {pool.submit(run_trial, config): trial_id for trial_id, config in jobs}
+        broken = False
+        for future in as_completed(futures):
+            try:
+                outcome = future.result()
+            except BrokenProcessPool as err:
+                broken = True
+                outcome = _lost(err)
+            yield futures[future], outcome
+        if broken:  # a worker died: start a fresh pool for what follows
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
+
+    def abort(self) -> None:
+        """Stop now: drop queued trials and end the worker processes."""
+        if self._pool is None:
+            return
+        processes = list((getattr(self._pool, "_processes", None) or {}).values())
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        for process in processes:
+            process.terminate()
+        self._pool = None
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+
+
+class RayExecutor:
+    """Ray tasks: `ray.init(address)` joins a cluster; without an address, a local Ray instance.
+
+    Needs the optional extra `servesim[ray]`. On a cluster every node needs servesim and
+    the trace files at the same paths (a shared filesystem, or the same image).
+    """
+
+    def __init__(self, address: str | None, num_cpus: int | None = None) -> None:
+        from servesim.errors import ServesimError
+
+        try:
+            import ray
+        except ImportError:
+            raise ServesimError("--ray needs Ray: pip install 'servesim[ray]'") from None
+        self.ray = ray
+        self._started = False
+        if not ray.is_initialized():
+            kwargs: dict[str, Any] = {"log_to_driver": False}
+            if address:
+                kwargs["address"] = address
+            else:
+                kwargs.update(include_dashboard=False, num_cpus=num_cpus)
+            try:
+                ray.init(**kwargs)
+            except Exception as err:  # ConnectionError and Ray's own
+                raise ServesimError(f"cannot start Ray{' at ' + address if address else ''}: {err}") from None
+            self._started = True
+        self.description = f"on Ray ({address or 'a local instance'}, {int(ray.cluster_resources().get('CPU', 0))} CPUs)"
+        self._remote = ray.remote(max_retries=3)(run_trial)
+        self._pending: list = []
+
+    def run(self, jobs: Sequence[Job]) -> Iterator[tuple[int, Outcome]]:
+        ray = self.ray
+        refs = {self._remote.remote(config): trial_id for trial_id, config in jobs}
+        self._pending = list(refs)
+        while self._pending:
+            ready, self._pending = ray.wait(self._pending, num_returns=1)
+            for ref in ready:
+                try:
+                    outcome = ray.get(ref)
+                except Exception as err:  # a lost worker or node, after Ray's retries
+                    outcome = _lost(err)
+                yield refs[ref], outcome
+
+    def abort(self) -> None:
+        for ref in self._pending:
+            self.ray.cancel(ref, force=True)
+        self._pending = []
+        self.close()
+
+    def close(self) -> None:
+        if self._started:
+            self.ray.shutdown()
+            self._started = False
+
+
+def make_executor(workers: int | None, ray_address: str | None, use_ray: bool):
+    import os
+
+    if use_ray:
+        return RayExecutor(ray_address, workers)
+    workers = workers or os.cpu_count() or 1
+    return InlineExecutor() if workers == 1 else PoolExecutor(workers)
