@@ -48,9 +48,15 @@ class KvCache:
         self.max_model_len = max_model_len
         self.watermark_blocks = watermark_blocks
         self.num_usable = num_gpu_blocks - 1
-        self.ref_cnt = [0] * num_gpu_blocks          # meaningful for keyed blocks
-        self.block_key: list[int | None] = [None] * num_gpu_blocks
-        self.free_plain: list[int] = list(range(num_gpu_blocks - 1, 0, -1))  # top = front of the queue
+        # Blocks never handed out yet are not materialised: they are the ids from
+        # `fresh_next` up, in id order at the back of the plain free queue. Per-block
+        # lists grow as they are first taken, so memory follows the blocks in use, not
+        # the pool (an SGLang pool of 1-token pages on a big GPU has tens of millions).
+        self.num_blocks = num_gpu_blocks
+        self.fresh_next = 1                          # block 0 is the null block
+        self.ref_cnt = [0]                           # meaningful for keyed blocks
+        self.block_key: list[int | None] = [None]
+        self.free_plain: list[int] = []              # freed unkeyed blocks; top = front of the queue
         # Keyed part of the free queue in eviction order: a live block under its own id
         # (value None), or a dead run under a negative token (value: its block ids).
         self.free_keyed: OrderedDict[int, list[int] | None] = OrderedDict()
@@ -63,7 +69,7 @@ class KvCache:
 
     @property
     def num_free(self) -> int:
-        return len(self.free_plain) + self.keyed_free
+        return len(self.free_plain) + self.num_blocks - self.fresh_next + self.keyed_free
 
     @property
     def num_used(self) -> int:
@@ -158,10 +164,19 @@ class KvCache:
             return
         plain = self.free_plain
         from_plain = min(count, len(plain))
+        remaining = count - from_plain
+        fresh = min(remaining, self.num_blocks - self.fresh_next)
+        if fresh:
+            # The fresh ids lie below every freed block in the plain queue.
+            first = self.fresh_next
+            self.fresh_next = first + fresh
+            into.extend(range(first + fresh - 1, first - 1, -1))
+            self.ref_cnt.extend([0] * fresh)
+            self.block_key.extend([None] * fresh)
+            remaining -= fresh
         if from_plain:
             into.extend(plain[-from_plain:])
             del plain[-from_plain:]
-        remaining = count - from_plain
         free_keyed = self.free_keyed
         block_key = self.block_key
         cache = self.cache
