@@ -82,6 +82,11 @@ class Simulation:
             times.append(self.disaggregation.next_transfer_done())
             if worker.role == "decode":
                 times.extend(w.executing.end_ns for w in self.roles["prefill"].workers if w.executing is not None)
+                # A decode pass end with handoffs queued for it starts their transfers; each
+                # frees a prefill worker's blocks, whose next prefill may come to this worker.
+                pending = self.disaggregation.pending
+                times.extend(w.executing.end_ns for w in self.roles["decode"].workers
+                             if w is not worker and w.executing is not None and pending.get(w.name))
         times = [t for t in times if t is not None]
         return min(times) if times else None
 
