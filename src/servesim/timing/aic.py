@@ -16,9 +16,12 @@ backend version (through its compiled engine's op-list evaluation, `evaluate_ops
   overhead is left out: the small per-layer kernels are priced from the database here.
 
 Per-token work and the LM head are tabulated once per model on a grid of M (every M up to
-512, then steps of about 2%) and made non-decreasing (a running maximum, so measurement noise
-between neighbouring table rows never makes more tokens faster), then interpolated linearly.
-Attention lookups are cached per shape. A pass costs O(prefill chunks) lookups.
+512, then steps of about 2%), generation attention on a grid of (batch per rank: every batch
+to 64, then steps of 10%; mean context: every value to 16, then steps of 10%); the tables are
+made non-decreasing (a running maximum, so measurement noise between neighbouring database
+rows never makes more work faster) and interpolated (linearly; bilinearly for attention).
+Context attention is looked up per chunk and cached per (tokens, prefix). A pass costs
+O(prefill chunks) lookups, never one per decoding request.
 """
 
 from __future__ import annotations
@@ -54,6 +57,9 @@ MOE_WORKLOAD = "power_law_1.2"
 # The M grid per-token work is tabulated on: every M to 512, then geometric steps of ~2%.
 _DENSE_TO = 512
 _GRID_RATIO = 1.02
+# Generation attention is tabulated over (batch per rank, mean context); past the last batch it
+# grows in proportion to the batch.
+_BATCH_TO = 2048
 
 
 def _moe_quant(precision: str, blackwell: bool) -> str:
@@ -74,11 +80,12 @@ def _quiet():
         logger.setLevel(level)
 
 
-def _grid(limit: int) -> np.ndarray:
-    points = list(range(1, _DENSE_TO + 1))
-    m = float(_DENSE_TO)
+def _grid(limit: int, dense_to: int = _DENSE_TO, ratio: float = _GRID_RATIO) -> np.ndarray:
+    """Every integer to `dense_to`, then geometric steps of `ratio` until `limit` is reached."""
+    points = list(range(1, dense_to + 1))
+    m = float(dense_to)
     while points[-1] < limit:
-        m *= _GRID_RATIO
+        m *= ratio
         points.append(max(points[-1] + 1, math.ceil(m)))
     return np.asarray(points, dtype=np.int64)
 
@@ -250,15 +257,16 @@ class AicTimingModel(TimingModel):
         self._request_ms = profile.per_request_ms
 
         self._context_attention_ms = lru_cache(maxsize=1 << 16)(self._context_attention_lookup)
-        self._generation_attention_ms = lru_cache(maxsize=1 << 16)(self._generation_attention_lookup)
         limit = max(1 << 15, arch.context_length)
         self._grid = _grid(limit)
         self._grid_f = self._grid.astype(np.float64)
         self._token_table = self._tabulate(self._token_json, "per-token work")
         self._head_table = self._tabulate(self._head_json, "the LM head")
+        self._gen_batches = _grid(_BATCH_TO, dense_to=64, ratio=1.1)
+        self._gen_contexts = _grid(limit, dense_to=16, ratio=1.1)
+        self._gen_table = self._tabulate_generation()
         # A probe pass: an unsupported attention shape fails here, not mid-run.
         self._context_attention_ms(16, 0)
-        self._generation_attention_ms(1, 16)
 
     # ------------------------------------------------------------------ lookups (milliseconds)
 
@@ -306,17 +314,42 @@ class AicTimingModel(TimingModel):
         return self._evaluate(self._ctx_json, f"context attention of {tokens} tokens after {prefix}",
                               is_context=True, batch_size=1, s=tokens, prefix=prefix)
 
-    def _generation_attention_lookup(self, batch: int, context: int) -> float:
-        return self._evaluate(self._gen_json, f"generation attention of {batch} requests at context {context}",
-                              is_context=False, batch_size=batch, s=context)
+    def _tabulate_generation(self) -> np.ndarray:
+        key = (self.system, self.backend, self.version, self._gen_json, len(self._gen_batches),
+               len(self._gen_contexts))
+        if key in _TABLES:
+            return _TABLES[key]
+        table = np.empty((len(self._gen_batches), len(self._gen_contexts)))
+        for i, batch in enumerate(self._gen_batches.tolist()):
+            for j, context in enumerate(self._gen_contexts.tolist()):
+                table[i, j] = self._evaluate(self._gen_json, f"generation attention of {batch} requests at "
+                                             f"context {context}", is_context=False, batch_size=batch, s=context)
+        # Non-decreasing in both batch and context (measurement noise between table rows aside).
+        table = np.maximum.accumulate(np.maximum.accumulate(table, axis=0), axis=1)
+        table.flags.writeable = False
+        _TABLES[key] = table
+        return table
+
+    def _generation_attention_ms(self, batch: int, context: float) -> float:
+        """Bilinear in (batch, mean context) on the table; linear beyond its last context."""
+        batches, contexts, table = self._gen_batches, self._gen_contexts, self._gen_table
+        scale = 1.0
+        if batch > batches[-1]:
+            scale = batch / float(batches[-1])
+            batch = int(batches[-1])
+        i = min(int(np.searchsorted(batches, batch, side="right")) - 1, len(batches) - 2)
+        wb = (batch - batches[i]) / float(batches[i + 1] - batches[i])
+        j = max(0, min(int(np.searchsorted(contexts, context, side="right")) - 1, len(contexts) - 2))
+        ws = (context - contexts[j]) / float(contexts[j + 1] - contexts[j])
+        low = table[i, j] + ws * (table[i, j + 1] - table[i, j])
+        high = table[i + 1, j] + ws * (table[i + 1, j + 1] - table[i + 1, j])
+        return float((low + wb * (high - low)) * scale)
 
     # ------------------------------------------------------------------ the model
 
     def _decode_ms(self, num_decodes: int, decode_context: int) -> float:
         dp = self._dp
-        batch = -(-num_decodes // dp)
-        mean = max(1, round(decode_context / num_decodes))
-        return self._generation_attention_ms(batch, mean)
+        return self._generation_attention_ms(-(-num_decodes // dp), max(1.0, decode_context / num_decodes))
 
     def _fixed_ms(self, tokens: int, requests: int, logits: int) -> float:
         """Everything but attention: host overheads, per-token work and the LM head."""
