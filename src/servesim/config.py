@@ -76,7 +76,11 @@ class RooflineTiming(StrictModel):
 
 
 class AicTiming(StrictModel):
-    """Pass times from aiconfigurator-core's measured kernel database (optional extra servesim[aic])."""
+    """Pass times from aiconfigurator-core's measured kernel database (optional extra servesim[aic]).
+
+    `version` is the backend version whose kernel tables to use (as aiconfigurator-core serves
+    them: a version or its alias current / previous / next); null takes its current one.
+    """
 
     kind: Literal["aic"]
     version: str | None = None
