@@ -48,10 +48,15 @@ class ReferenceKvCache:
         self.max_model_len = max_model_len
         self.watermark_blocks = watermark_blocks
         self.num_usable = num_gpu_blocks - 1
-        self.ref_cnt = [0] * num_gpu_blocks
-        self.block_key: list[int | None] = [None] * num_gpu_blocks
-        # The unkeyed part of the free queue, as a stack whose top is the queue's front.
-        self.free_plain: list[int] = list(range(num_gpu_blocks - 1, 0, -1))
+        # Ids from `fresh_next` up were never handed out: they sit, in id order, at the
+        # back of the unkeyed free queue, and the per-block lists grow as they are taken
+        # (a pool of 1-token pages can hold tens of millions of blocks).
+        self.num_blocks = num_gpu_blocks
+        self.fresh_next = 1                  # block 0 is the null block
+        self.ref_cnt = [0]
+        self.block_key: list[int | None] = [None]
+        # The freed unkeyed part of the free queue, as a stack whose top is the queue's front.
+        self.free_plain: list[int] = []
         # The keyed part, in eviction order. (An OrderedDict pops its oldest entry in
         # O(1); a plain dict's first key gets slow to find after many deletions.)
         self.free_keyed: OrderedDict[int, None] = OrderedDict()
@@ -67,7 +72,7 @@ class ReferenceKvCache:
     @property
     def num_free(self) -> int:
         """Free blocks, evictable cached ones included (vLLM's get_num_free_blocks)."""
-        return len(self.free_plain) + len(self.free_keyed)
+        return len(self.free_plain) + self.num_blocks - self.fresh_next + len(self.free_keyed)
 
     @property
     def num_used(self) -> int:
@@ -163,13 +168,20 @@ class ReferenceKvCache:
         ref_cnt = self.ref_cnt
         plain = self.free_plain
         from_plain = min(count, len(plain))
+        fresh = min(count - from_plain, self.num_blocks - self.fresh_next)
+        if fresh:
+            first = self.fresh_next
+            self.fresh_next = first + fresh
+            into.extend(range(first + fresh - 1, first - 1, -1))
+            ref_cnt.extend([1] * fresh)
+            self.block_key.extend([None] * fresh)
         if from_plain:
             taken = plain[-from_plain:]
             del plain[-from_plain:]
             for b in taken:
                 ref_cnt[b] = 1
             into.extend(taken)
-        for _ in range(count - from_plain):
+        for _ in range(count - from_plain - fresh):
             b = self.free_keyed.popitem(last=False)[0]
             self._evict(b)
             ref_cnt[b] = 1
