@@ -9,12 +9,20 @@ the median and 90th-percentile absolute percentage error of mean TTFT and mean T
 `--waves 3` replays 3 requests per user instead of the recipe's 10 and extrapolates the
 means to 10 waves (first wave weighted 1/10, later ones 9/10, as fit_roofline.py does):
 about a third of the cost, within a few percent of the full replay.
+
+`--max-row-seconds S` leaves out rows whose replay would take longer than S seconds of
+simulator time on this machine, estimated before running from the decode work they hold
+(requests × output tokens: SGLang and TensorRT-LLM are scheduled per request, about
+20 µs a token here; vLLM's steady passes are aggregates), and stops any row that still runs
+past 3 × S. The longest rows (4,096 users × 8,192 output tokens on TensorRT-LLM) would take
+over half an hour each; the report says how many rows were left out, by backend and mode.
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import signal
 import statistics
 import sys
 import time
@@ -32,13 +40,37 @@ from servesim.errors import ServesimError  # noqa: E402
 DENSE = ("llama-3.1-8b", "llama-3.1-70b", "qwen3-32b")
 
 
+PER_TOKEN_S = {"vllm": 0.5e-6, "sglang": 20e-6, "trtllm": 20e-6}
+
+
+def estimated_seconds(row, requests_per_user: int) -> float:
+    """Simulator time a row's replay takes here, roughly: its decode work at the backend's cost."""
+    return 0.3 + row.concurrency * requests_per_user * row.osl * PER_TOKEN_S.get(row.backend, 20e-6)
+
+
+class RowTimeout(Exception):
+    pass
+
+
+def _on_alarm(signum, frame):
+    raise RowTimeout
+
+
 def predict(args):
-    index, row, requests_per_user = args
+    index, row, requests_per_user, limit_s = args
     start = time.perf_counter()
+    if limit_s:
+        signal.signal(signal.SIGALRM, _on_alarm)
+        signal.alarm(int(limit_s) + 1)
     try:
         result = servesim.simulate(row_config(row, requests_per_user))
     except ServesimError as err:
         return index, None, None, str(err), time.perf_counter() - start
+    except RowTimeout:
+        return index, None, None, f"stopped after {limit_s:.0f} s", time.perf_counter() - start
+    finally:
+        if limit_s:
+            signal.alarm(0)
     if requests_per_user < 10:
         ttft, tpot = extrapolated_means(row, result)
     else:
@@ -74,10 +106,17 @@ def main(argv=None) -> int:
     parser.add_argument("--waves", "--requests-per-user", dest="requests_per_user", type=int, default=10)
     parser.add_argument("--mode", default="all", choices=["agg", "disagg", "all"])
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--max-row-seconds", type=float, default=0.0,
+                        help="leave out rows estimated to take longer (0: run every row)")
     args = parser.parse_args(argv)
     rows, skipped = load_rows(mode=args.mode)
     rows = [r for r in rows if args.only in r.group]
-    jobs = [(i, r, args.requests_per_user) for i, r in enumerate(rows)]
+    cap = args.max_row_seconds
+    left_out = [r for r in rows if cap and estimated_seconds(r, args.requests_per_user) > cap]
+    rows = [r for r in rows if not (cap and estimated_seconds(r, args.requests_per_user) > cap)]
+    # Cheapest first, so a long row never holds the others back.
+    jobs = sorted(((i, r, args.requests_per_user, 3 * cap) for i, r in enumerate(rows)),
+                  key=lambda job: estimated_seconds(job[1], job[2]))
     results = {}
     with Pool(args.workers) as pool:
         for index, ttft, tpot, error, wall in pool.imap_unordered(predict, jobs):
@@ -120,6 +159,12 @@ def main(argv=None) -> int:
           f"predictions in {args.out}")
     for row, error in failed[:10]:
         print(f"  failed {row.raw['id']}: {error}")
+    if left_out:
+        counts: dict[str, int] = {}
+        for row in left_out:
+            counts[f"{row.backend} {row.mode}"] = counts.get(f"{row.backend} {row.mode}", 0) + 1
+        print(f"{len(left_out)} rows left out as estimated over {cap:.0f} s each: "
+              + ", ".join(f"{n} {name}" for name, n in sorted(counts.items())))
     return 0
 
 
