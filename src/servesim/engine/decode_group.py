@@ -67,7 +67,14 @@ class DecodeGroup:
         self.retire_at.setdefault(final, []).append(request)
         self.depart_at.setdefault(final, []).append(request)
         self.joined_at.setdefault(step, []).append(request)
-        heapq.heappush(self.seq_heap, (-request.seq, request))
+        heap = self.seq_heap
+        heapq.heappush(heap, (-request.seq, request))
+        if len(heap) > 2 * len(self.members) + 64:
+            # Departed members below the newest are never popped by `max_active_seq`; drop
+            # them now and then, or a long run keeps every request it ever served.
+            members = self.members
+            self.seq_heap = heap = [entry for entry in heap if members.get(-entry[0]) is entry[1]]
+            heapq.heapify(heap)
         heapq.heappush(self.final_heap, final)
 
     def retire_before(self, step: int) -> None:
