@@ -3,7 +3,8 @@
 Client recipe (the calibration README's, from InferenceMAX-style sweeps of vLLM's
 benchmark_serving.py): closed loop at the row's concurrency, 10 × concurrency
 requests started at once, input and output lengths uniform in [0.8 × L, L],
-max_num_seqs = the row's batch size (per attention-DP rank), max_num_batched_tokens
+max_num_seqs = the row's batch size (per attention-DP rank; at least the concurrency
+over the ranks, as the recipe launches servers with max-num-seqs = concurrency), max_num_batched_tokens
 8192, async scheduling on, prefix caching off, --ignore-eos. Each row runs on its own
 backend's scheduler model (SGLang and TensorRT-LLM limits set to the same values), and
 disaggregated rows as prefill and decode pools of the row's sizes. Metrics cover every
@@ -154,7 +155,12 @@ def row_config(row: Row, requests_per_user: int = 10, profile: str | None = None
     if row.roles:
         workers = {name: _role(shape, row.backend, max_len) for name, shape in row.roles.items()}
     else:
-        workers = {"aggregated": _role(RoleShape(1, row.tp, row.attention_dp, row.ep, row.batch_size),
+        # The recipe launches servers with max-num-seqs = concurrency. A few rows give a batch
+        # size below concurrency / attention-DP ranks and still report TTFTs with no queueing,
+        # which a batch that small could not give. For them the batch size is not the server's
+        # limit, so the concurrency is used.
+        per_rank = max(row.batch_size, -(-row.concurrency // row.attention_dp))
+        workers = {"aggregated": _role(RoleShape(1, row.tp, row.attention_dp, row.ep, per_rank),
                                        row.backend, max_len)}
     return {
         "model": row.model,
