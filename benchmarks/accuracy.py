@@ -14,8 +14,9 @@ about a third of the cost, within a few percent of the full replay.
 simulator time on this machine, estimated before running from the decode work they hold
 (requests × output tokens: SGLang and TensorRT-LLM are scheduled per request, about
 20 µs a token here; vLLM's steady passes are aggregates), and stops any row that still runs
-past 3 × S. The longest rows (4,096 users × 8,192 output tokens on TensorRT-LLM) would take
-over half an hour each; the report says how many rows were left out, by backend and mode.
+past 3 × S. The longest rows (4,096 users × 8,192 output tokens on TensorRT-LLM) take many
+minutes each; the report says how many rows were left out, by backend and mode. The estimate
+is deliberately high (rows kept at S = 20 took about a third of their estimate).
 """
 
 from __future__ import annotations
