@@ -101,7 +101,9 @@ class SglangScheduler(SchedulerCore):
         chunked = self.chunked
         if chunked is not None:
             remaining = chunked.num_tokens - chunked.num_computed
-            chunk = min(rem_chunk if rem_chunk is not None else remaining, avail - total_offset)
+            # The reserved decode budget is fractional (× new_token_ratio); SGLang truncates the
+            # remaining total to whole tokens before sizing the chunk.
+            chunk = min(rem_chunk if rem_chunk is not None else remaining, int(avail - total_offset))
             if chunk <= 0:
                 chunk = rem_chunk if rem_chunk is not None else remaining   # a chunk always progresses
             chunk = min(chunk, remaining)
