@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import pytest
 
+from servesim.errors import ServesimError
+
 
 def _pd(prefill=None, decode=None, transfer=None, sched=None):
     base = {"num_gpu_blocks": 1000, "max_model_len": 1024, "max_num_seqs": 64, "max_num_batched_tokens": 2048,
@@ -92,3 +94,35 @@ def test_gpus_and_per_role_workers(run):
     summary = r.result.summary
     assert summary["gpus"] == 2
     assert [w["worker"] for w in summary["workers"]] == ["prefill-0", "decode-0"]
+
+
+@pytest.mark.xfail(strict=True, raises=ServesimError, reason="known bug: SGLang's decode side lets KV transfers take the pages its "
+                   "running request needs for its next token (no per-running-request decode reserve)")
+def test_sglang_decode_keeps_room_for_running_requests(tmp_path):
+    """Found by an explore draw of the differential test. A 136-page decode pool, one running slot.
+
+    Handed-over requests wait behind `max_running_requests` 1 while holding their transferred pages.
+    Request 0 (30 + 31 tokens) runs out of pages at its 28th output token, and SGLang never retracts
+    its last running request. SGLang's decode-side preallocation keeps a decode reserve per running
+    request out of the transfers' reach, so the real engine finishes every request.
+    """
+    import servesim
+
+    from .conftest import write_trace
+
+    lengths = [(30, 31), (32, 26), (1, 1), (1, 1), (47, 4), (52, 8), (63, 1), (1, 1), (1, 1), (1, 28)]
+    times = [0.0, 47.1, 47.1, 47.1, 94.2, 94.2, 94.2, 94.2, 94.2, 94.2]
+    rows = [{"timestamp": t, "input_length": a, "output_length": b} for t, (a, b) in zip(times, lengths)]
+    trace = write_trace(tmp_path / "t.jsonl", rows)
+    sched = {"page_size": 1, "context_length": 64, "max_total_tokens": 136, "max_running_requests": 1,
+             "chunked_prefill_size": 8, "max_prefill_tokens": 8, "disable_overlap_schedule": True,
+             "new_token_ratio_decay": 0.0010033}
+    result = servesim.simulate({
+        "engine": {"backend": "sglang", "timing": {"kind": "fixed", "pass_ms": 10.0},
+                   "workers": {"prefill": {"count": 2, "scheduler": dict(sched)},
+                               "decode": {"count": 2, "scheduler": dict(sched)}},
+                   "kv_transfer": {"bandwidth_gb_s": 50.0, "latency_ms": 0.5, "first_token_from": "prefill"}},
+        "workload": {"trace": str(trace), "format": "mooncake", "client": {"mode": "open_loop"},
+                     "trace_block_size": 8},
+    })
+    assert result.summary["completed"] == len(lengths)
