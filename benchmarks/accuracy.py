@@ -113,8 +113,10 @@ def main(argv=None) -> int:
     rows, skipped = load_rows(mode=args.mode)
     rows = [r for r in rows if args.only in r.group]
     cap = args.max_row_seconds
-    left_out = [r for r in rows if cap and estimated_seconds(r, args.requests_per_user) > cap]
-    rows = [r for r in rows if not (cap and estimated_seconds(r, args.requests_per_user) > cap)]
+    kept, left_out = [], []
+    for row in rows:
+        (left_out if cap and estimated_seconds(row, args.requests_per_user) > cap else kept).append(row)
+    rows = kept
     # Cheapest first, so a long row never holds the others back.
     jobs = sorted(((i, r, args.requests_per_user, 3 * cap) for i, r in enumerate(rows)),
                   key=lambda job: estimated_seconds(job[1], job[2]))

@@ -95,3 +95,15 @@ def run_backend(tmp_path: Path, rows: list[dict], backend: str, scheduler: dict,
     log = io.StringIO()
     result = servesim.simulate(config, pass_log=log)
     return Run(result, [json.loads(line) for line in log.getvalue().splitlines()])
+
+
+def sweep_base(num_requests: int) -> dict:
+    """The sweep tests' base deployment: one small vLLM worker, a seeded Poisson workload."""
+    return {
+        "engine": {"timing": {"kind": "fixed", "pass_ms": 10.0},
+                   "workers": {"aggregated": {"scheduler": {"num_gpu_blocks": 400, "max_model_len": 512,
+                                                            "max_num_seqs": 8, "max_num_batched_tokens": 512}}}},
+        "workload": {"synthetic": {"num_requests": num_requests, "input_length": {"min": 10, "max": 200},
+                                   "output_length": {"min": 1, "max": 40}},
+                     "client": {"mode": "poisson", "rate": 30.0}},
+    }

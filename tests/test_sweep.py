@@ -14,14 +14,9 @@ from servesim.sweep.runner import run_sweep
 from servesim.sweep.space import SweepSlo, parse_space
 from servesim.sweep.trials import Plan, apply_overrides, promote
 
-BASE = {
-    "engine": {"timing": {"kind": "fixed", "pass_ms": 10.0},
-               "workers": {"aggregated": {"scheduler": {"num_gpu_blocks": 400, "max_model_len": 512,
-                                                        "max_num_seqs": 8, "max_num_batched_tokens": 512}}}},
-    "workload": {"synthetic": {"num_requests": 60, "input_length": {"min": 10, "max": 200},
-                               "output_length": {"min": 1, "max": 40}},
-                 "client": {"mode": "poisson", "rate": 30.0}},
-}
+from .conftest import sweep_base
+
+BASE = sweep_base(60)
 
 
 def space(**parts) -> dict:

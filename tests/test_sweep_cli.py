@@ -19,16 +19,10 @@ from servesim.sweep.executor import PoolExecutor, slim_summary
 from servesim.sweep.runner import run_sweep
 from servesim.sweep.space import parse_space
 
-PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+from .conftest import sweep_base
 
-BASE = {
-    "engine": {"timing": {"kind": "fixed", "pass_ms": 10.0},
-               "workers": {"aggregated": {"scheduler": {"num_gpu_blocks": 400, "max_model_len": 512,
-                                                        "max_num_seqs": 8, "max_num_batched_tokens": 512}}}},
-    "workload": {"synthetic": {"num_requests": 200, "input_length": {"min": 10, "max": 200},
-                               "output_length": {"min": 1, "max": 40}},
-                 "client": {"mode": "poisson", "rate": 30.0}},
-}
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+BASE = sweep_base(200)
 SPACE = {
     "parameters": {
         "engine.workers": [{"aggregated": {"count": 1}}, {"aggregated": {"count": 2}},

@@ -75,17 +75,6 @@ def _ms(ns: int | float | None) -> str:
     return f"{ns / 1e6:.6f}".rstrip("0").rstrip(".")
 
 
-def csv_row(r: RequestRecord) -> str:
-    return ",".join((
-        str(r.request_id), _ms(r.arrival_ns), _ms(r.first_token_ns), _ms(r.finish_ns),
-        str(r.input_length), str(r.output_length), str(r.cached_tokens), str(r.preemptions),
-        r.worker, _ms(r.ttft_ns), _ms(r.e2e_ns), _ms(r.tpot_ns), _ms(r.first_scheduled_ns),
-        str(r.requested_output_length), r.status,
-        r.prefill_worker, _ms(r.transfer_start_ns), _ms(r.transfer_end_ns), str(r.transfer_bytes),
-        str(r.host_cached_tokens),
-    ))
-
-
 class RequestTable:
     """Every request's record, as columns (about 90 bytes a request), in completion order.
 
@@ -182,7 +171,7 @@ class RequestTable:
         return NotImplemented
 
     def write_csv(self, fh: TextIO, chunk: int = 1 << 15) -> None:
-        """The same text as `csv_row` of every record, formatted a column at a time.
+        """One line per record in id order (REQUEST_COLUMNS; times in ms, blank for none).
 
         Building a `RequestRecord` per row cost more than the simulation of a steady
         decode workload, so the columns are formatted from numpy arrays instead. This is

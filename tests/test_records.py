@@ -1,0 +1,44 @@
+"""requests.csv: the text of a hand-checked row, and the chunked writer against its own records."""
+
+from __future__ import annotations
+
+import csv
+import io
+
+
+def _csv(result, **kwargs) -> str:
+    fh = io.StringIO()
+    result.requests.write_csv(fh, **kwargs)
+    return fh.getvalue()
+
+
+def test_row_text_by_hand(run):
+    # Fixed 10 ms passes, sync scheduling. Request 0 arrives at 0, prefills in [0, 10) (first
+    # token at 10), decodes its 2nd and 3rd tokens at 20 and 30: TTFT 10, E2E 30, TPOT (30-10)/2 = 10.
+    # Request 1 arrives at 2.5 ms, waits for the pass ending at 10, prefills in [10, 20) and
+    # decodes at 30: TTFT 17.5, E2E 27.5, TPOT (30-20)/1 = 10.
+    r = run([{"timestamp": 0.0, "input_length": 100, "output_length": 3},
+             {"timestamp": 2.5, "input_length": 50, "output_length": 2}], async_scheduling=False)
+    lines = _csv(r.result).splitlines()
+    assert lines[1] == "0,0,10,30,100,3,0,0,aggregated-0,10,30,10,0,3,ok,,,,0,0"
+    assert lines[2] == "1,2.5,20,30,50,2,0,0,aggregated-0,17.5,27.5,10,10,2,ok,,,,0,0"
+
+
+def test_chunks_write_the_same_rows_as_the_records(run):
+    rows = [{"timestamp": 0.37 * i, "input_length": 1 + 13 * i % 90, "output_length": 1 + 7 * i % 11}
+            for i in range(40)]
+    r = run(rows, max_num_seqs=4, num_gpu_blocks=12, max_model_len=128)  # 11 blocks: preemptions
+    whole = _csv(r.result)
+    for chunk in (1, 7, 40, 41):
+        assert _csv(r.result, chunk=chunk) == whole
+    parsed = list(csv.DictReader(io.StringIO(whole)))
+    assert len(parsed) == 40
+    for row, record in zip(parsed, r.result.requests):
+        assert int(row["request_id"]) == record.request_id
+        assert float(row["ttft_ms"]) * 1e6 == record.ttft_ns
+        assert float(row["e2e_ms"]) * 1e6 == record.e2e_ns
+        assert (row["tpot_ms"] == "") == (record.tpot_ns is None)
+        if record.tpot_ns is not None:
+            # Written with 6 decimals of ms: rounded to the nanosecond.
+            assert abs(float(row["tpot_ms"]) * 1e6 - record.tpot_ns) <= 0.5 + 1e-6
+        assert int(row["preemptions"]) == record.preemptions and row["status"] == record.status
