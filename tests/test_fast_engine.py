@@ -162,3 +162,38 @@ def test_fast_matches_reference_replicas(tmp_path, scenario, timing, policy, cou
     config["engine"]["tokenization_ms"] = tokenization_ms
     config["router"] = {"policy": policy}
     assert_same(config)
+
+
+def test_preemption_in_aggregate_form(run, monkeypatch):
+    """A KV shortage among decode-group members preempts the newest member without dissolving the group."""
+    from servesim.engine.fast_vllm import FastVllmScheduler
+
+    dissolved_members = []
+    dissolve = FastVllmScheduler._dissolve
+
+    def counting_dissolve(self):
+        dissolved_members.append(len(self.group.members))
+        dissolve(self)
+
+    monkeypatch.setattr(FastVllmScheduler, "_dissolve", counting_dissolve)
+    rows = [{"timestamp": 0.0, "input_length": 4, "output_length": 9} for _ in range(3)]
+    r = run(rows, async_scheduling=False, enable_prefix_caching=False, block_size=4, num_gpu_blocks=8,
+            max_num_seqs=8, max_num_batched_tokens=64, max_model_len=28)
+    # 7 usable blocks of 4. Pass 1 [0,10): three 4-token prompts, 1 block each (3 used).
+    # Pass 2 computes position 4 for each: a 2nd block each (6 used, 1 free); pass p
+    # computes position p + 2, so pass 6 [50,60) needs a 3rd block for all three with 1
+    # free: R0 takes it, R1 finds none, and the newest, R2, is preempted (its 2 blocks
+    # freed); R1 takes one of them.
+    assert _pass_at(r, 50)["preempted"] == [2]
+    assert _pass_at(r, 50)["scheduled"] == {"0": 1, "1": 1}
+    # R0 and R1 get their 9th token in pass 9 and finish at 90. R2 (4 + 5 tokens, needs 3
+    # blocks, 1 free) waits until then; pass 10 recomputes its 9 tokens and samples its
+    # 6th output, passes 11-13 the 7th to 9th: it finishes at 130.
+    assert [r.by_id[i].finish_ns // 1_000_000 for i in range(3)] == [90, 90, 130]
+    assert [r.by_id[i].preemptions for i in range(3)] == [0, 0, 1]
+    # The group was never turned back into explicit requests to preempt.
+    assert not any(dissolved_members)
+
+
+def _pass_at(run, start_ms):
+    return next(p for p in run.passes if p["start_ms"] == start_ms)

@@ -135,7 +135,30 @@ class DecodeGroup:
             heapq.heappop(heap)
         return -1
 
+    def newest_member(self, step: int) -> Request:
+        """The member admitted last, active or with its last token still in flight."""
+        newest = -1
+        for final in range(self.done_step + 1, step):   # finishing: last step scheduled, not processed
+            for member in self.depart_at.get(final, ()):
+                newest = max(newest, member.seq)
+        return self.members[max(newest, self.max_active_seq(step))]
+
     # ------------------------------------------------------------------ leaving
+
+    def remove(self, member: Request, step: int) -> None:
+        """Forget a settled member (preempted) before step `step` is scheduled."""
+        final = member.group_final
+        if final >= step:   # still active: take it out of the running totals
+            offset = member.group_offset
+            self.active -= 1
+            self.context_base -= offset + 1
+            self.buckets[offset % self.block_size] -= 1
+            self.retire_at[final].remove(member)
+        for table, key in ((self.depart_at, final), (self.joined_at, member.group_computed - member.group_offset)):
+            members = table.get(key)
+            if members is not None and member in members:
+                members.remove(member)
+        del self.members[member.seq]
 
     def settle(self, member: Request, through_scheduled: int, through_done: int) -> int:
         """Write a member's implicit progress into its own counters; returns group tokens still in flight."""

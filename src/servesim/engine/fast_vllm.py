@@ -107,21 +107,17 @@ class FastVllmScheduler(VllmScheduler):
                      and request.num_tokens + request.placeholders - request.num_computed == 1)
             plan.append((request, num_new, joins))
             budget -= num_new
-        if blocks_needed > kv.num_free:
-            return None  # somebody would be preempted
-
         out = ScheduledPass()
-        if members:
-            kv.take(group.blocks_needed(step), group.private_blocks)
-        joined = False
-        for request, num_new, joins in plan:
-            kv.allocate(request, num_new)
-            if joins:
-                group.join(request, step)
-                joined = True
-            else:
-                out.entries.append(PassEntry(request, num_new, request.num_computed, "running"))
-        if joined:
+        if blocks_needed > kv.num_free:
+            if not self._allocate_with_preemption(out, step, plan):
+                return None
+        else:
+            if members:
+                kv.take(group.blocks_needed(step), group.private_blocks)
+            for request, num_new, joins in plan:
+                kv.allocate(request, num_new)
+                self._place(out, request, num_new, joins, step)
+        if plan:
             self.running = [r for r in self.running if r.group_first < 0]
         if group.active:
             group.step = step
@@ -129,7 +125,8 @@ class FastVllmScheduler(VllmScheduler):
             out.group_size = group.active
             out.group_context = group.context_at(step)
 
-        self._admit_waiting(out, budget, threshold)
+        if not out.preempted:
+            self._admit_waiting(out, budget, threshold)
         self._update_after_schedule(out)
         out.num_tokens += out.group_size
         return out
@@ -194,40 +191,55 @@ class FastVllmScheduler(VllmScheduler):
 
     # ------------------------------------------------------------------ exact fallback
 
+    def _in_flight_group_pass(self) -> tuple[int, ScheduledPass | None]:
+        """The group step whose outputs are still in flight (0 if none), and its pass."""
+        group = self.group
+        if group.step <= group.done_step:
+            return 0, None
+        step = group.step
+        in_flight_pass = next((p for p in self.pending if p.group_step == step), None)
+        assert in_flight_pass is not None and in_flight_pass.group_steps == 1, (
+            "the exact path cannot take over while a fast-forwarded run is in flight")
+        return step, in_flight_pass
+
+    def _detach(self, member: Request, in_flight_step: int, in_flight_pass: ScheduledPass | None) -> bool:
+        """Write a member's progress into its own counters and blocks, as an explicit running request.
+
+        Its token in the pass in flight (if any) becomes an explicit entry of that pass, and
+        True is returned; the caller fixes that pass's group share and the group's records.
+        """
+        group = self.group
+        first, final = member.group_first, member.group_final
+        computed_in_flight = member.group_computed + (in_flight_step - first)
+        flying = group.settle(member, group.step, group.done_step)
+        if group.done_step >= first:
+            member.last_token_ns = group.done_end_ns
+        if flying:
+            member.in_flight += flying
+            if self.async_scheduling:
+                member.placeholders += flying
+            entry = PassEntry(member, 1, computed_in_flight, "running")
+            entry.samples = True
+            entry.is_decode = True
+            in_flight_pass.entries.append(entry)
+        elif in_flight_pass is not None and first <= in_flight_step <= final:
+            raise AssertionError("a member active in the pass in flight has no token in flight")
+        frontier = member.num_computed - (member.placeholders if self.async_scheduling else 0)
+        self.kv.cache_full_blocks(member, frontier)
+        member.is_prefill_chunk = False
+        return bool(flying)
+
     def _dissolve(self) -> None:
         """Turn every member back into an explicit running request (exact counters and blocks)."""
         group = self.group
         if not group.members:
             group.reset()
             return
-        kv = self.kv
-        in_flight_step = group.step if group.step > group.done_step else 0
-        in_flight_pass = None
-        if in_flight_step:
-            in_flight_pass = next((p for p in self.pending if p.group_step == in_flight_step), None)
-            assert in_flight_pass is not None and in_flight_pass.group_steps == 1, (
-                "the exact path cannot take over while a fast-forwarded run is in flight")
+        in_flight_step, in_flight_pass = self._in_flight_group_pass()
+        if in_flight_pass is not None:
             in_flight_pass.group_step = 0
         for member in sorted(group.members.values(), key=lambda r: r.seq):
-            first, final = member.group_first, member.group_final
-            computed_in_flight = member.group_computed + (in_flight_step - first)
-            flying = group.settle(member, group.step, group.done_step)
-            if group.done_step >= first:
-                member.last_token_ns = group.done_end_ns
-            if flying:
-                member.in_flight += flying
-                if self.async_scheduling:
-                    member.placeholders += flying
-                # Its token of the pass in flight now arrives as an explicit entry.
-                entry = PassEntry(member, 1, computed_in_flight, "running")
-                entry.samples = True
-                entry.is_decode = True
-                in_flight_pass.entries.append(entry)
-            elif in_flight_pass is not None and first <= in_flight_step <= final:
-                raise AssertionError("a member active in the pass in flight has no token in flight")
-            frontier = member.num_computed - (member.placeholders if self.async_scheduling else 0)
-            kv.cache_full_blocks(member, frontier)
-            member.is_prefill_chunk = False
+            self._detach(member, in_flight_step, in_flight_pass)
         if in_flight_pass is not None:
             # The members' tokens now arrive explicitly; no bulk delivery remains.
             in_flight_pass.entries.sort(key=lambda e: e.request.seq)
@@ -235,6 +247,76 @@ class FastVllmScheduler(VllmScheduler):
         assert not group.private_blocks, "decode group lost track of its blocks"
         self.running = sorted(self.running + list(group.members.values()), key=lambda r: r.seq)
         group.reset()
+
+    # ------------------------------------------------------------------ preemption in aggregate form
+
+    def _place(self, out: ScheduledPass, request: Request, num_new: int, joins: bool, step: int) -> None:
+        if joins:
+            self.group.join(request, step)
+        else:
+            out.entries.append(PassEntry(request, num_new, request.num_computed, "running"))
+
+    def _allocate_with_preemption(self, out: ScheduledPass, step: int,
+                                  plan: list[tuple[Request, int, bool]]) -> bool:
+        """Blocks run short: vLLM's running loop with preemption, the group handled as one unit.
+
+        vLLM hands blocks out in running order; the first request that finds none free
+        preempts the newest running request (whose blocks join the free queue) and tries
+        again; a request that preempts itself ends the loop. When every explicit running
+        request is newer than every member, the members come first as one unit: they drain
+        every free block, then the freed blocks of each victim (the explicit requests from
+        the newest, then the newest members) while they still need blocks; the explicit
+        requests follow one by one. Requests that got blocks are never the ones preempted.
+        Returns False, having changed nothing, when the order interleaves or a
+        fast-forwarded run is in flight.
+        """
+        group = self.group
+        kv = self.kv
+        running = self.running
+        in_flight_step = group.step if group.step > group.done_step else 0
+        in_flight_pass = None
+        if group.members:
+            if running and running[0].seq < group.newest_member(step).seq:
+                return False
+            if in_flight_step:
+                in_flight_pass = next((p for p in self.pending if p.group_step == in_flight_step), None)
+                if in_flight_pass is None or in_flight_pass.group_steps != 1:
+                    return False
+        pool = group.private_blocks
+        taken = 0
+        while True:
+            rest = group.blocks_needed(step) - taken if group.active else 0
+            if rest <= 0:
+                break
+            available = kv.num_free
+            if available:
+                grab = min(rest, available)
+                kv.take(grab, pool)
+                taken += grab
+                continue
+            if running:
+                victim = running.pop()
+            else:
+                victim = group.newest_member(step)
+                if self._detach(victim, in_flight_step, in_flight_pass):
+                    in_flight_pass.group_size -= 1
+                    in_flight_pass.entries.sort(key=lambda e: e.request.seq)
+                group.remove(victim, step)
+            self._preempt(victim)
+            out.preempted.append(victim)
+        for request, num_new, joins in plan:
+            if request.status != Status.RUNNING:
+                break   # preempted as a victim, and so is everyone after it
+            while not kv.allocate(request, num_new):
+                victim = running.pop()
+                self._preempt(victim)
+                out.preempted.append(victim)
+                if victim is request:
+                    break
+            if request.status != Status.RUNNING:
+                break
+            self._place(out, request, num_new, joins, step)
+        return True
 
     # ------------------------------------------------------------------ outputs
 
