@@ -96,10 +96,10 @@ def test_gpus_and_per_role_workers(run):
     assert [w["worker"] for w in summary["workers"]] == ["prefill-0", "decode-0"]
 
 
-@pytest.mark.xfail(strict=True, raises=ServesimError, reason="known bug: SGLang's decode side lets KV transfers take the pages its "
-                   "running request needs for its next token (no per-running-request decode reserve)")
 def test_sglang_decode_keeps_room_for_running_requests(tmp_path):
-    """Found by an explore draw of the differential test. A 136-page decode pool, one running slot.
+    """Found by an explore draw of the differential test (it stalled before the decode reserve).
+
+    A 136-page decode pool, one running slot.
 
     Handed-over requests wait behind `max_running_requests` 1 while holding their transferred pages.
     Request 0 (30 + 31 tokens) runs out of pages at its 28th output token, and SGLang never retracts
@@ -116,7 +116,7 @@ def test_sglang_decode_keeps_room_for_running_requests(tmp_path):
     trace = write_trace(tmp_path / "t.jsonl", rows)
     sched = {"page_size": 1, "context_length": 64, "max_total_tokens": 136, "max_running_requests": 1,
              "chunked_prefill_size": 8, "max_prefill_tokens": 8, "disable_overlap_schedule": True,
-             "new_token_ratio_decay": 0.0010033}
+             "new_token_ratio_decay": 0.0010033, "num_reserved_decode_tokens": 4}
     result = servesim.simulate({
         "engine": {"backend": "sglang", "timing": {"kind": "fixed", "pass_ms": 10.0},
                    "workers": {"prefill": {"count": 2, "scheduler": dict(sched)},
@@ -125,4 +125,70 @@ def test_sglang_decode_keeps_room_for_running_requests(tmp_path):
         "workload": {"trace": str(trace), "format": "mooncake", "client": {"mode": "open_loop"},
                      "trace_block_size": 8},
     })
-    assert result.summary["completed"] == len(lengths)
+    # Request 6 (63 prompt tokens in a 64-token context) has no room for output and fails.
+    assert result.summary["completed"] == len(lengths) - 1
+    assert result.summary["failed_requests"] == 1
+
+
+def _sglang_pd(reserve: int, decode_tokens: int = 100):
+    sched = {"page_size": 1, "context_length": 100, "max_running_requests": 8, "chunked_prefill_size": 512,
+             "max_prefill_tokens": 1024, "disable_overlap_schedule": True, "num_reserved_decode_tokens": reserve}
+    return {
+        "engine.backend": "sglang",
+        "engine.workers": {
+            "prefill": {"count": 1, "scheduler": {**sched, "max_total_tokens": 1000}},
+            "decode": {"count": 1, "scheduler": {**sched, "max_total_tokens": decode_tokens}},
+        },
+        "engine.kv_transfer": {"bandwidth_gb_s": 1.0, "latency_ms": 2.0, "first_token_from": "prefill"},
+    }
+
+
+def test_sglang_decode_reserve_holds_back_transfers(run):
+    rows = [{"timestamp": 0.0, "input_length": 40, "output_length": 10},
+            {"timestamp": 1.0, "input_length": 40, "output_length": 10}]
+    r = run(rows, config_extra=_sglang_pd(reserve=20))
+    a, b = r.by_id[0], r.by_id[1]
+    # A 100-token decode pool, 20 decode tokens reserved per admitted request. A is prefilled
+    # in [0,10); nothing is admitted on the decode side, so its 40 prompt pages + 20 reserved
+    # fit (60 <= 100): transfer from 10, 40 × 131,072 bytes at 1 GB/s + 2 ms = 7.24288 ms.
+    assert a.transfer_start_ns == 10_000_000
+    assert a.transfer_end_ns == 17_242_880
+    # B is prefilled in [10,20). A holds 40+ pages, so at most 60 are free, and A's reserve
+    # takes 20 of them: 40 < 40 + 20. B waits, holding its prefill pages, until A finishes and
+    # frees its pages: A decodes tokens 2..10 in 9 passes from 17.24288, done at 107.24288.
+    assert a.finish_ns == 107_242_880
+    assert b.transfer_start_ns == a.finish_ns
+    # Without the reserve, the 40 pages B needs are free at 20.
+    r = run(rows, config_extra=_sglang_pd(reserve=0))
+    assert r.by_id[1].transfer_start_ns == 20_000_000
+
+
+def test_sglang_decode_keeps_a_running_requests_whole_output(run):
+    # Reserve 0: what remains is the rule that one running request can always grow to its
+    # whole output. A (40 prompt + 50 output) runs alone on the 100-page decode pool; its
+    # first decode pass there is [17.24288, 27.24288) (transfer as in the test above).
+    rows = [{"timestamp": 0.0, "input_length": 40, "output_length": 50},
+            {"timestamp": 1.0, "input_length": 40, "output_length": 10}]
+    r = run(rows, config_extra=_sglang_pd(reserve=0))
+    a, b = r.by_id[0], r.by_id[1]
+    # From B's handoff at 20, after k more A passes: A holds 41 + k pages (59 - k free) and
+    # has 41 + k retractable tokens, so it may still need 90 - (41 + k) = 49 - k: B may take
+    # 59 - k - (49 - k) = 10 pages, fewer than its 40, until A finishes. A's tokens 2..50 take
+    # 49 passes: done at 17.24288 + 490 = 507.24288, and B's transfer starts then.
+    assert a.finish_ns == 507_242_880
+    assert b.transfer_start_ns == a.finish_ns
+
+
+def test_sglang_decode_request_slots(run):
+    # max_running_requests 1 on the decode worker: 1 running slot plus 2 for requests whose KV
+    # is on its way or waiting (SGLang pre-allocates twice the slots when the limit is <= 32).
+    extra = _sglang_pd(reserve=0, decode_tokens=100)
+    extra["engine.workers"]["decode"]["scheduler"]["max_running_requests"] = 1
+    rows = [{"timestamp": 0.0, "input_length": 10, "output_length": 20} for _ in range(4)]
+    r = run(rows, config_extra=extra)
+    # All four prompts share the prefill pass [0,10). Three transfers start at 10 (10 tokens:
+    # 1.31072 ms + 2 ms, done at 13.31072); the fourth waits for a slot. Request 0 decodes
+    # tokens 2..20 in 19 passes from 13.31072, finishing at 203.31072: its slot frees then.
+    assert [r.by_id[i].transfer_start_ns for i in range(3)] == [10_000_000] * 3
+    assert r.by_id[0].finish_ns == 203_310_720
+    assert r.by_id[3].transfer_start_ns == r.by_id[0].finish_ns

@@ -69,6 +69,8 @@ def as_backend(sched: dict, backend: str, data) -> dict:
             "schedule_policy": data.draw(st.sampled_from(["fcfs", "lpm"])),
             "enable_mixed_chunk": data.draw(st.booleans()),
             "new_token_ratio_decay": data.draw(st.sampled_from([0.0010033, 0.05])),
+            # SGLang's 512-token decode reserve per request would shut these tiny pools to transfers.
+            "num_reserved_decode_tokens": 0,
         }
     return {
         "tokens_per_block": sched["block_size"],

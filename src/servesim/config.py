@@ -149,6 +149,9 @@ class SglangSchedulerConfig(StrictModel):
     init_new_token_ratio: Probability = 0.7
     min_new_token_ratio: Probability = 0.098          # 0.7 × SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR 0.14
     new_token_ratio_decay: Probability = 0.0010033    # (0.7 − 0.098) / 600 decode passes
+    # P/D decode workers: decode tokens kept free per admitted request before a KV transfer may
+    # take pages (the SGLANG_NUM_RESERVED_DECODE_TOKENS environment variable).
+    num_reserved_decode_tokens: NonNegativeInt = 512
 
     @model_validator(mode="after")
     def _chunk_in_whole_pages(self) -> SglangSchedulerConfig:

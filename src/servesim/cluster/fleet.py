@@ -108,6 +108,7 @@ def _policy(sched, kv, use_reference: bool):
             init_new_token_ratio=sched.init_new_token_ratio,
             min_new_token_ratio=sched.min_new_token_ratio,
             new_token_ratio_decay=sched.new_token_ratio_decay,
+            num_reserved_decode_tokens=sched.num_reserved_decode_tokens,
             max_model_len=sched.context_length,
             overlap=sched.overlap,
         )

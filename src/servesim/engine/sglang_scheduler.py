@@ -37,6 +37,7 @@ class SglangScheduler(SchedulerCore):
         new_token_ratio_decay: float,
         max_model_len: int,
         overlap: bool,
+        num_reserved_decode_tokens: int = 512,
     ) -> None:
         super().__init__(kv, max_model_len, overlap)
         self.max_running_requests = max_running_requests
@@ -52,6 +53,10 @@ class SglangScheduler(SchedulerCore):
         self.batch_is_full = False             # sticky until a running request leaves
         self.waiting = list(self.waiting)      # SGLang's waiting queue is re-sorted by policy
         self.retractions = 0
+        self.num_reserved_decode_tokens = num_reserved_decode_tokens
+        # A P/D decode server's request slots: the running limit, plus twice as many for
+        # requests whose KV is on its way or has arrived, when that limit is at most 32.
+        self.decode_slots = max_running_requests * (3 if max_running_requests <= 32 else 1)
 
     def has_unfinished(self) -> bool:
         return super().has_unfinished() or self.chunked is not None
@@ -222,6 +227,28 @@ class SglangScheduler(SchedulerCore):
         self.waiting.append(request)
         self.batch_is_full = False
         self.retractions += 1
+
+    def admits_transfer(self, request: Request) -> bool:
+        """A P/D decode server takes pages for an incoming KV only with decode room kept back.
+
+        SGLang's decode-side preallocation: the pages a transfer may take are the free ones
+        minus a reserve of decode tokens per request already admitted (running, received, or
+        with its KV on the way), and never so many that one running request could not grow to
+        its whole (clipped) output with every other running request retracted. The request
+        needs its prompt's pages plus its own reserve, and a request slot.
+        """
+        held = len(self.running) + len(self.transferred) + len(self.incoming)
+        if held >= self.decode_slots:
+            return False
+        page = self.kv.block_size
+        reserve = self.num_reserved_decode_tokens
+        retractable = sum(r.prompt_len + r.num_output for r in self.running)
+        single = (max(r.prompt_len + min(r.max_tokens, CLIP_MAX_NEW_TOKENS) for r in self.running) - retractable
+                  if self.running else 0)
+        allocatable = self.kv.num_free * page - max(reserve * held, single)
+        required = ceil_div(request.prompt_len, page) * page + reserve
+        whole = request.prompt_len + min(request.max_tokens, CLIP_MAX_NEW_TOKENS) - retractable
+        return max(required, whole) <= allocatable
 
     def release_held(self, request: Request) -> None:
         # The prefill server's KV pool shrinks back like a running batch that lost a request:
