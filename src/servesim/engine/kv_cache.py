@@ -23,7 +23,7 @@ and therefore every prefix hit and every eviction are the same as the reference'
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import deque
 
 from servesim.engine.request import Request
 
@@ -57,11 +57,14 @@ class KvCache:
         self.ref_cnt = [0]                           # meaningful for keyed blocks
         self.block_key: list[int | None] = [None]
         self.free_plain: list[int] = []              # freed unkeyed blocks; top = front of the queue
-        # Keyed part of the free queue in eviction order: a live block under its own id
-        # (value None), or a dead run under a negative token (value: its block ids).
-        self.free_keyed: OrderedDict[int, list[int] | None] = OrderedDict()
+        # Keyed part of the free queue in eviction order: a live keyed block's id, or a dead
+        # run (a list of block ids). A live block leaves the queue lazily: a keyed block is
+        # free exactly when no request holds it (ref_cnt 0), and only its last entry
+        # counts (`queued`: its entries still in the queue), so a prefix hit on a free block
+        # is a counter update, not a removal from the middle of the queue.
+        self.lru: deque[int | list[int]] = deque()
+        self.queued = [0]
         self.keyed_free = 0
-        self._dead_token = 0
         self.cache: dict[int, int | list[int]] = {}  # key -> block(s) holding it, in insertion order
         self.epoch = 0   # bumped when blocks are freed or keys inserted (see FastVllmScheduler)
 
@@ -114,13 +117,13 @@ class KvCache:
 
     def is_evictable(self, block: int) -> bool:
         """A cached block no request holds: free, but a prefix hit on it would take it."""
-        return block in self.free_keyed
+        return self.ref_cnt[block] == 0 and self.block_key[block] is not None
 
     def admit(self, request: Request, hits: list[int], num_new_tokens: int, has_running: bool,
               cache: bool = True, full_sequence: bool = True, loaded: int = 0) -> bool:
         block_size = self.block_size
-        free_keyed = self.free_keyed
-        evictable = sum(1 for b in hits if b in free_keyed)
+        ref_cnt = self.ref_cnt
+        evictable = sum(1 for b in hits if not ref_cnt[b])   # hits are keyed blocks
         watermark = self.watermark_blocks if has_running else 0
         full_tokens = min(request.num_tokens, self.max_model_len)
         need_full = max(ceil_div(full_tokens, block_size) - len(hits), 0) + evictable
@@ -131,11 +134,8 @@ class KvCache:
             return False
         hit_tokens = len(hits) * block_size
         slots = min(hit_tokens + num_new_tokens, self.max_model_len)
-        ref_cnt = self.ref_cnt
+        self.keyed_free -= evictable
         for b in hits:
-            if b in free_keyed:
-                del free_keyed[b]
-                self.keyed_free -= 1
             ref_cnt[b] += 1
         request.blocks = list(hits)
         request.num_cached_blocks = len(hits)
@@ -173,44 +173,68 @@ class KvCache:
             into.extend(range(first + fresh - 1, first - 1, -1))
             self.ref_cnt.extend([0] * fresh)
             self.block_key.extend([None] * fresh)
+            self.queued.extend([0] * fresh)
             remaining -= fresh
         if from_plain:
             into.extend(plain[-from_plain:])
             del plain[-from_plain:]
-        free_keyed = self.free_keyed
+        lru = self.lru
+        queued = self.queued
+        ref_cnt = self.ref_cnt
         block_key = self.block_key
         cache = self.cache
+        uncache = cache.pop
+        popleft = lru.popleft
+        append = into.append
+        evicted = 0
         while remaining:
-            entry, run = free_keyed.popitem(last=False)
-            if run is None:  # a live keyed block: evict its key
+            entry = popleft()
+            if entry.__class__ is int:
+                count = queued[entry] - 1
+                queued[entry] = count
+                if count or ref_cnt[entry]:
+                    continue   # a stale entry: the block was hit since, or is queued again later
                 key = block_key[entry]
-                block_key[entry] = None
-                cached = cache[key]
-                if cached.__class__ is int:
-                    del cache[key]
-                else:
+                if key is None:
+                    continue
+                block_key[entry] = None   # evict its key
+                cached = uncache(key)
+                if cached.__class__ is not int:   # other blocks hold the same content
                     cached.remove(entry)
-                    if not cached:
-                        del cache[key]
-                into.append(entry)
-                self.keyed_free -= 1
+                    if cached:
+                        cache[key] = cached
+                append(entry)
+                evicted += 1
                 remaining -= 1
-            elif len(run) <= remaining:
-                into.extend(run)
-                self.keyed_free -= len(run)
-                remaining -= len(run)
+            elif len(entry) <= remaining:
+                into.extend(entry)
+                self.keyed_free -= len(entry)
+                remaining -= len(entry)
             else:
-                into.extend(run[-remaining:])
-                del run[-remaining:]
+                into.extend(entry[-remaining:])
+                del entry[-remaining:]
                 self.keyed_free -= remaining
-                free_keyed[entry] = run
-                free_keyed.move_to_end(entry, last=False)
+                lru.appendleft(entry)
                 remaining = 0
+        self.keyed_free -= evicted
 
-    def _evict(self, block: int) -> None:
-        key = self.block_key[block]
-        self.block_key[block] = None
-        self._uncache(key, block)
+    def _compact_queue(self) -> None:
+        """Drop stale entries (kept from hits on free blocks) once they outnumber the live ones."""
+        queued = self.queued
+        ref_cnt = self.ref_cnt
+        block_key = self.block_key
+        kept: deque[int | list[int]] = deque()
+        for entry in self.lru:
+            if entry.__class__ is int:
+                count = queued[entry] - 1
+                queued[entry] = count
+                if count or ref_cnt[entry] or block_key[entry] is None:
+                    continue
+            kept.append(entry)
+        for entry in kept:
+            if entry.__class__ is int:
+                queued[entry] = 1
+        self.lru = kept
 
     def _uncache(self, key: int, block: int) -> None:
         entry = self.cache[key]
@@ -245,17 +269,25 @@ class KvCache:
             ref_cnt = self.ref_cnt
             block_key = self.block_key
             cache = self.cache
-            get = cache.get
-            for b, key in zip(blocks[start:shared_end], request.keys.shared_keys(start, shared_end)):
-                ref_cnt[b] = 1
-                block_key[b] = key
-                cached = get(key)
-                if cached is None:
-                    cache[key] = b
-                elif cached.__class__ is int:
-                    cache[key] = [cached, b]
-                else:
-                    cached.append(b)
+            new_blocks = blocks[start:shared_end]
+            keys = request.keys.shared_keys(start, shared_end)
+            if cache.keys().isdisjoint(keys):   # the usual case: nobody else holds these contents
+                cache.update(zip(keys, new_blocks))
+                for b, key in zip(new_blocks, keys):
+                    ref_cnt[b] = 1
+                    block_key[b] = key
+            else:
+                get = cache.get
+                for b, key in zip(new_blocks, keys):
+                    ref_cnt[b] = 1
+                    block_key[b] = key
+                    cached = get(key)
+                    if cached is None:
+                        cache[key] = b
+                    elif cached.__class__ is int:
+                        cache[key] = [cached, b]
+                    else:
+                        cached.append(b)
             self.epoch += 1
         request.num_cached_blocks = full
 
@@ -286,7 +318,8 @@ class KvCache:
         shared = min(request.keys.shared_blocks, len(blocks))
         private_start = max(shared, cached)
         self.free_plain.extend(blocks[private_start:])    # not yet cached: front of the queue
-        free_keyed = self.free_keyed
+        lru = self.lru
+        queued = self.queued
         keyed_private = blocks[shared:cached]
         if keyed_private:
             block_key = self.block_key
@@ -294,8 +327,7 @@ class KvCache:
                 for b in keyed_private[:live_private]:  # its keys die with it
                     self._uncache(block_key[b], b)
                     block_key[b] = None
-                self._dead_token -= 1
-                free_keyed[self._dead_token] = keyed_private
+                lru.append(keyed_private)
             else:
                 key_of = request.keys.key
                 for j in range(cached - 1, shared - 1, -1):
@@ -303,17 +335,24 @@ class KvCache:
                     if block_key[b] is None:
                         self._insert(key_of(j), b)
                     self.ref_cnt[b] = 0
-                    free_keyed[b] = None
+                    lru.append(b)
+                    queued[b] += 1
             self.keyed_free += len(keyed_private)
         ref_cnt = self.ref_cnt
         block_key = self.block_key
         plain = self.free_plain
-        for j in range(shared - 1, -1, -1):
-            b = blocks[j]
+        queue = lru.append
+        released = 0
+        for b in reversed(blocks[:shared]):
             if block_key[b] is None:
                 plain.append(b)
             else:
-                ref_cnt[b] -= 1
-                if ref_cnt[b] == 0:
-                    free_keyed[b] = None
-                    self.keyed_free += 1
+                count = ref_cnt[b] - 1
+                ref_cnt[b] = count
+                if not count:
+                    queue(b)
+                    queued[b] += 1
+                    released += 1
+        self.keyed_free += released
+        if len(lru) > 2 * self.keyed_free + 4096:
+            self._compact_queue()

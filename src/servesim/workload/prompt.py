@@ -118,10 +118,21 @@ class BlockKeys:
         the router asks for them on every worker, the cache again at admission)."""
         shared = self._shared
         if shared is None:
+            # Block j ends at (j+1)·size, inside trace block ceil(end / trace) - 1: each trace
+            # block's keys are one arithmetic run (its prefix id's base plus the ends in it).
             size, trace = self._block_size, self._trace_block_size
-            prefix = self._prefix_ids
-            shared = self._shared = [prefix[(end + trace - 1) // trace - 1] * _MAX_END + end
-                                     for end in range(size, (self.shared_blocks + 1) * size, size)]
+            last_end = self.shared_blocks * size
+            shared = self._shared = []
+            extend = shared.extend
+            for i, node in enumerate(self._prefix_ids):
+                low = (i * trace // size + 1) * size    # the first block end past i·trace
+                high = min((i + 1) * trace, last_end)
+                if low > high:
+                    if low > last_end:
+                        break
+                    continue
+                base = node * _MAX_END
+                extend(range(base + low, base + high + 1, size))
         if start == 0 and stop == len(shared):
             return shared
         return shared[start:stop]
