@@ -70,7 +70,12 @@ class Disaggregation:
         trace_request = prefill.handoff
         factory = sim.factories["decode"]
         router = sim.routers["decode"]
-        keys = factory.keys(trace_request) if factory.sched.prefix_caching else None
+        keys = None
+        if factory.sched.prefix_caching:
+            # The prefill side's keys serve when both sides cut the prompt into the same blocks.
+            keys = prefill.keys
+            if keys is None or keys.block_size != factory.sched.kv_block_size:
+                keys = factory.keys(trace_request)
         index = router.choose(trace_request.input_length, trace_request.output_length, lambda worker: keys)
         decode_worker = sim.roles["decode"].workers[index]
         request = factory.make(trace_request, prefill.arrival_ns, prefill.engine_arrival_ns, keys=keys)

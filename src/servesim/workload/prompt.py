@@ -103,6 +103,10 @@ class BlockKeys:
             self.shared_blocks = 0
             self._prefix_ids = []
 
+    @property
+    def block_size(self) -> int:
+        return self._block_size
+
     # Blocks 0 .. shared_blocks-1 have keys other requests may share (positive ints);
     # every later block's key is unique to this request (negative).
 
