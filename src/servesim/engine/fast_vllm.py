@@ -133,6 +133,9 @@ class FastVllmScheduler(VllmScheduler):
 
     def _admit_waiting(self, out: ScheduledPass, budget: int, threshold: int) -> Request | None:
         waiting = self.waiting
+        if not waiting and not self.transferred:
+            self._blocked = None
+            return None
         if (
             waiting
             and not self.transferred

@@ -178,6 +178,8 @@ class KvCache:
         if from_plain:
             into.extend(plain[-from_plain:])
             del plain[-from_plain:]
+        if not remaining:
+            return
         lru = self.lru
         queued = self.queued
         ref_cnt = self.ref_cnt

@@ -129,6 +129,9 @@ class SchedulerCore:
         raise NotImplementedError
 
     def _update_after_schedule(self, out: ScheduledPass) -> None:
+        if not out.entries:
+            out.num_tokens = 0
+            return
         tokens = 0
         speculative = self.speculation is not None
         for entry in out.entries:
