@@ -192,3 +192,20 @@ def test_sglang_decode_request_slots(run):
     assert [r.by_id[i].transfer_start_ns for i in range(3)] == [10_000_000] * 3
     assert r.by_id[0].finish_ns == 203_310_720
     assert r.by_id[3].transfer_start_ns == r.by_id[0].finish_ns
+
+
+def test_sglang_decode_worker_has_no_radix_cache_by_default(run):
+    # SGLang's decode server runs a chunk cache unless its radix cache is asked for, so a
+    # shared prefix is transferred again. A and B share 32 of their 40 prompt tokens (two trace
+    # blocks of 16); B's transfer is reserved at 20, after A's KV arrived at 17.24288.
+    rows = [{"timestamp": 0.0, "input_length": 40, "output_length": 10, "hash_ids": [1, 2]},
+            {"timestamp": 1.0, "input_length": 40, "output_length": 10, "hash_ids": [1, 2]}]
+    extra = {**_sglang_pd(reserve=0, decode_tokens=200), "workload.trace_block_size": 16}
+    r = run(rows, config_extra=extra)
+    assert r.by_id[1].transfer_bytes == 40 * 131_072
+    assert r.result.config.engine.workers.decode.scheduler.disable_radix_cache is True
+    assert r.result.config.engine.workers.prefill.scheduler.disable_radix_cache is False
+    # With the decode radix cache on, only the 8 tokens past the cached prefix move.
+    extra["engine.workers"]["decode"]["scheduler"]["disable_radix_cache"] = False
+    r = run(rows, config_extra=extra)
+    assert r.by_id[1].transfer_bytes == 8 * 131_072

@@ -97,7 +97,7 @@ def _check_fits(where: str, context: int, capacity_tokens: int, knob: str) -> No
 
 
 def _resolve_sglang(sched: SglangSchedulerConfig, where: str, gpu: GpuSpec, model: ModelSpec,
-                    deployment: Deployment, speculative: bool) -> SglangSchedulerConfig:
+                    deployment: Deployment, speculative: bool, role: str) -> SglangSchedulerConfig:
     """SGLang 0.5.9's server-argument defaults (server_args.py, model_runner.py)."""
     memory_gb = gpu.memory_gib * GIB / 1e9
     chunk = sched.chunked_prefill_size
@@ -133,7 +133,12 @@ def _resolve_sglang(sched: SglangSchedulerConfig, where: str, gpu: GpuSpec, mode
         # SGLang 0.5.9 (server_args.py) runs speculative decoding without the overlap scheduler
         # (unless SGLANG_ENABLE_SPEC_V2) and without mixed chunked prefill.
         overlap_off = speculative
+    radix_off = sched.disable_radix_cache
+    if radix_off is None:
+        # server_args.py: a decode server runs a chunk cache unless its radix cache is asked for.
+        radix_off = role == "decode"
     return sched.model_copy(update={
+        "disable_radix_cache": radix_off,
         "chunked_prefill_size": chunk, "mem_fraction_static": fraction, "context_length": context,
         "max_total_tokens": tokens, "max_running_requests": running, "disable_overlap_schedule": overlap_off,
         "enable_mixed_chunk": sched.enable_mixed_chunk and not speculative,
@@ -182,7 +187,7 @@ def resolve(loaded: LoadedConfig) -> ResolvedRun:
                                                role_cfg.gpu_memory_utilization)
         elif backend == "sglang":
             role_cfg.scheduler = _resolve_sglang(role_cfg.scheduler, where, gpu, model, deployment,
-                                                 role_cfg.speculative is not None)
+                                                 role_cfg.speculative is not None, role)
         else:
             role_cfg.scheduler = _resolve_trtllm(role_cfg.scheduler, where, model, deployment)
             if role_cfg.scheduler.disable_overlap_scheduler is None:
