@@ -155,9 +155,10 @@ class FastVllmScheduler(VllmScheduler):
 
         `decided` (a pure group step, about to start) can stand for a run of such passes
         while nothing can change: no other running request, no admission possible
-        (nothing waiting, or its head still does not fit, or no slot, or no budget), no
-        member taking its last step, and enough free blocks for every step. The caller
-        also stops the run before any other event (an arrival) could be read.
+        (nothing waiting, or its head still does not fit, or no slot, or no budget), and
+        enough free blocks for every step. The run may end with the step that gives the
+        first member its last token, never later: the pass after it decodes fewer members.
+        The caller also stops the run before any other event (an arrival) could be read.
         """
         group = self.group
         step = decided.group_step
@@ -171,16 +172,16 @@ class FastVllmScheduler(VllmScheduler):
             or group.active >= self.max_num_batched_tokens
         ):
             return 0
-        final = min(group.earliest_final(step), step + limit)
-        if final <= step + 1:
+        cap = min(limit, group.earliest_final(step) - step + 1)
+        if cap < 2:
             return 0
-        # The run's steps (step, step+1, ...) must produce no member's last token, and the
-        # blocks of every step after the first (already allocated) must be free.
+        # The blocks of every step after the first (already allocated) must be free.
         if not self.async_scheduling:
-            return 1 + group.steps_within(step + 1, final - step - 1, self.kv.num_free)
+            return 1 + group.steps_within(step + 1, cap - 1, self.kv.num_free)
         # Async: the pass after the run is committed as the run starts, one pass earlier
-        # than vLLM would; its blocks must be free too, so that commit needs nothing else.
-        return group.steps_within(step + 1, final - step, self.kv.num_free)
+        # than vLLM would; its blocks must be free too, so that commit needs nothing else
+        # (counted with every member, so also with those that leave at the run's end).
+        return group.steps_within(step + 1, cap, self.kv.num_free)
 
     def extend(self, decided: ScheduledPass, steps: int, durations) -> None:
         """Make `decided` stand for `steps` group steps (see quiet_steps)."""
@@ -357,9 +358,24 @@ class FastVllmScheduler(VllmScheduler):
         step = done.group_step
         group = self.group
         if step and done.group_steps > 1:
-            # A fast-forwarded run: only regular deliveries, each one pass after the last.
+            # A fast-forwarded run: only regular deliveries, each one pass after the last;
+            # members whose last token came from its last step leave.
             done.bulk_deliveries = done.group_size
-            group.done_step = step + done.group_steps - 1
+            last = step + done.group_steps - 1
+            leaving = group.depart_at.pop(last, ())
+            if leaving:
+                # Blocks only grow inside a run, so usage peaked at the end of the pass before
+                # the last: now less what was taken since (sync: the last step's blocks; async:
+                # those of the pass after the run, already committed).
+                since = group.blocks_needed(last if not async_on else last + 1)
+                done.kv_peak = self.kv.num_used - since
+            for member in leaving:
+                member.last_token_ns = done.end_ns
+                group.settle(member, last, last)
+                del group.members[member.seq]
+                member.status = Status.FINISHED
+                ending.append(member)
+            group.done_step = last
             group.done_end_ns = done.end_ns
             step = 0
         if step:

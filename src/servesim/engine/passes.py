@@ -25,7 +25,7 @@ class ScheduledPass:
 
     __slots__ = ("entries", "preempted", "num_tokens", "free_blocks", "index", "start_ns", "end_ns",
                  "delivered", "finished", "group_step", "group_size", "group_context",
-                 "bulk_deliveries", "bulk_gap_ns", "group_steps", "step_durations", "load_ns")
+                 "bulk_deliveries", "bulk_gap_ns", "group_steps", "step_durations", "load_ns", "kv_peak")
 
     def __init__(self) -> None:
         self.entries: list[PassEntry] = []
@@ -47,6 +47,7 @@ class ScheduledPass:
         self.group_steps = 1
         self.step_durations = None  # their durations (numpy int64), when group_steps > 1
         self.load_ns = 0            # KV offload: copying host-tier prefix hits back to the GPU
+        self.kv_peak = 0            # a run whose last step ends requests: KV blocks used before that step
 
     def __bool__(self) -> bool:
         return self.num_tokens > 0

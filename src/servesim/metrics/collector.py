@@ -62,6 +62,8 @@ class Collector:
         stats.tokens += done.num_tokens
         stats.preemptions += len(done.preempted)
         stats.sample(end, worker.scheduler.kv.num_used, batch)
+        if done.kv_peak > stats.kv_max:
+            stats.kv_max = done.kv_peak
         if self.pass_log is not None:
             self.pass_log.write(json.dumps(self.pass_record(worker.name, done)) + "\n")
 
