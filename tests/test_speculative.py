@@ -76,14 +76,40 @@ def test_one_request_step_by_step(tmp_path):
 
 
 def test_drafts_reserve_kv_blocks(tmp_path):
-    # Prompt 3, block size 4. The first decode computes position 3 (block 1 of 1) without
-    # drafts, positions 3..6 (2 blocks) with 3 drafts.
+    # Prompt 3, block size 4, 10 usable blocks. The first decode computes position 3 without
+    # drafts, positions 3..6 with 3 drafts.
     rows = [{"timestamp": 0, "input_length": 3, "output_length": 3}]
-    plain = run_backend(tmp_path, rows, "vllm", {**VLLM, "num_gpu_blocks": 11, "max_model_len": 32})
-    drafted = run_backend(tmp_path, rows, "vllm", {**VLLM, "num_gpu_blocks": 11, "max_model_len": 32}, role=spec(3, 0.0))
-    # 10 usable blocks: prompt 1 block, then 1 (plain) or 2 (drafts) after the first decode.
+    sched = {**VLLM, "num_gpu_blocks": 11, "max_model_len": 32}
+    plain = run_backend(tmp_path, rows, "vllm", sched)
+    ngram = run_backend(tmp_path, rows, "vllm", sched, role=spec(3, 0.0, method="ngram"))
+    eagle = run_backend(tmp_path, rows, "vllm", sched, role=spec(3, 0.0))
+    # Plain: 1 block for the prompt, still 1 after the first decode (positions 0..3).
     assert [p["free_blocks"] for p in plain.passes][:2] == [9, 9]
-    assert [p["free_blocks"] for p in drafted.passes][:2] == [9, 8]
+    # N-gram drafts: positions 0..6 after the first decode: 2 blocks.
+    assert [p["free_blocks"] for p in ngram.passes][:2] == [9, 8]
+    # EAGLE also reserves 3 lookahead slots past the scheduled positions (vLLM's
+    # num_lookahead_tokens, for the drafter's own KV): the prefill takes slots 0..5 (2 blocks),
+    # the first decode slots 0..9 (3 blocks).
+    assert [p["free_blocks"] for p in eagle.passes][:2] == [8, 7]
+
+
+def test_eagle_lookahead_gates_admission(tmp_path):
+    # 4 usable blocks of 4; every draft rejected (one token per verification).
+    rows = [{"timestamp": 0, "input_length": 4, "output_length": 4},
+            {"timestamp": 0.5, "input_length": 4, "output_length": 1}]
+    sched = {**VLLM, "num_gpu_blocks": 5, "max_model_len": 16}
+    # N-gram (no lookahead): R0's prefill takes 1 block; at 10 its verification of 1 + 2
+    # positions takes a 2nd, and R1's 4-token prompt (1 block) is admitted beside it: TTFT
+    # 20 - 0.5 = 19.5 ms.
+    ngram = run_backend(tmp_path, rows, "vllm", sched, role=spec(2, 0.0, method="ngram"))
+    assert ngram.ttft_ms(1) == 19.5
+    # EAGLE adds 2 lookahead slots: R0 holds slots 0..5 (2 blocks), then 0..8 (3 blocks) from
+    # 10. R1's whole prompt (1 block) would fit, but its allocation with lookahead (slots 0..5,
+    # 2 blocks) does not: it waits until R0 finishes at 40 and runs [40,50): TTFT 49.5 ms.
+    eagle = run_backend(tmp_path, rows, "vllm", sched, role=spec(2, 0.0))
+    assert [p["free_blocks"] for p in eagle.passes][:2] == [2, 1]
+    assert eagle.by_id[0].finish_ns == 40_000_000
+    assert eagle.ttft_ms(1) == 49.5
 
 
 def test_async_scheduling_with_drafts_keeps_every_token(tmp_path):

@@ -120,7 +120,7 @@ class KvCache:
         return self.ref_cnt[block] == 0 and self.block_key[block] is not None
 
     def admit(self, request: Request, hits: list[int], num_new_tokens: int, has_running: bool,
-              cache: bool = True, full_sequence: bool = True, loaded: int = 0) -> bool:
+              cache: bool = True, full_sequence: bool = True, loaded: int = 0, lookahead: int = 0) -> bool:
         block_size = self.block_size
         ref_cnt = self.ref_cnt
         evictable = sum(1 for b in hits if not ref_cnt[b])   # hits are keyed blocks
@@ -133,7 +133,9 @@ class KvCache:
         if need_full + watermark > self.num_free:
             return False
         hit_tokens = len(hits) * block_size
-        slots = min(hit_tokens + num_new_tokens, self.max_model_len)
+        slots = min(hit_tokens + num_new_tokens + lookahead, self.max_model_len)
+        if lookahead and max(ceil_div(slots, block_size) - len(hits), 0) + evictable + watermark > self.num_free:
+            return False
         self.keyed_free -= evictable
         for b in hits:
             ref_cnt[b] += 1
@@ -148,8 +150,8 @@ class KvCache:
             self.cache_full_blocks(request, min(hit_tokens + num_new_tokens, request.num_tokens))
         return True
 
-    def allocate(self, request: Request, num_new_tokens: int) -> bool:
-        slots = min(request.num_computed + num_new_tokens, self.max_model_len)
+    def allocate(self, request: Request, num_new_tokens: int, lookahead: int = 0) -> bool:
+        slots = min(request.num_computed + num_new_tokens + lookahead, self.max_model_len)
         need = ceil_div(slots, self.block_size) - len(request.blocks)
         if need > 0:
             if need > self.num_free:

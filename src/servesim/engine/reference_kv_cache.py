@@ -119,12 +119,14 @@ class ReferenceKvCache:
         return self.ref_cnt[block] == 0
 
     def admit(self, request: Request, hits: list[int], num_new_tokens: int, has_running: bool,
-              cache: bool = True, full_sequence: bool = True, loaded: int = 0) -> bool:
+              cache: bool = True, full_sequence: bool = True, loaded: int = 0, lookahead: int = 0) -> bool:
         """Allocate for a waiting request's first chunk, if its whole sequence fits.
 
         vLLM admits only if blocks for the request's *whole* current sequence are
         free (`full_sequence_must_fit`), counting hit blocks that sit in the free
-        queue as needed too, plus the watermark when something is running.
+        queue as needed too, plus the watermark when something is running. The blocks it
+        takes now (its first chunk plus `lookahead` slots: EAGLE's drafter writes KV past
+        the verified positions) must be free as well.
         """
         block_size = self.block_size
         evictable = sum(1 for b in hits if self.ref_cnt[b] == 0)
@@ -137,7 +139,9 @@ class ReferenceKvCache:
         if need_full + watermark > self.num_free:
             return False
         hit_tokens = (len(hits) + loaded) * block_size
-        slots = min(hit_tokens + num_new_tokens, self.max_model_len)
+        slots = min(hit_tokens + num_new_tokens + lookahead, self.max_model_len)
+        if lookahead and max(ceil_div(slots, block_size) - len(hits), 0) + evictable + watermark > self.num_free:
+            return False
         for b in hits:
             if self.ref_cnt[b] == 0:
                 del self.free_keyed[b]
@@ -149,9 +153,9 @@ class ReferenceKvCache:
             self.cache_full_blocks(request, min(hit_tokens + num_new_tokens, request.num_tokens))
         return True
 
-    def allocate(self, request: Request, num_new_tokens: int) -> bool:
-        """Blocks for a running request's next chunk; False if too few are free."""
-        slots = min(request.num_computed + num_new_tokens, self.max_model_len)
+    def allocate(self, request: Request, num_new_tokens: int, lookahead: int = 0) -> bool:
+        """Blocks for a running request's next chunk (and `lookahead` slots past it); False if too few are free."""
+        slots = min(request.num_computed + num_new_tokens + lookahead, self.max_model_len)
         need = ceil_div(slots, self.block_size) - len(request.blocks)
         if need > 0:
             if need > self.num_free:

@@ -64,7 +64,7 @@ class VllmScheduler(SchedulerCore):
                 index += 1
                 continue
             while True:
-                if kv.allocate(request, num_new):
+                if kv.allocate(request, num_new, self.lookahead):
                     allocated = True
                     break
                 victim = running.pop()
@@ -102,7 +102,7 @@ class VllmScheduler(SchedulerCore):
             if 0 < threshold < num_new:
                 num_new = threshold
             num_new = min(num_new, budget)
-            if not kv.allocate(request, num_new):
+            if not kv.allocate(request, num_new, self.lookahead):
                 break
             transferred.popleft()
             running.append(request)
@@ -129,7 +129,8 @@ class VllmScheduler(SchedulerCore):
             if not self.enable_chunked_prefill and num_new > budget:
                 break
             num_new = min(num_new, budget)
-            if not kv.admit(request, hits, num_new, has_running=self._num_running() > 0, loaded=loaded):
+            if not kv.admit(request, hits, num_new, has_running=self._num_running() > 0, loaded=loaded,
+                            lookahead=self.lookahead):
                 blocked = request
                 break
             waiting.popleft()
