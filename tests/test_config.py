@@ -196,6 +196,30 @@ def test_warmup_requests_are_left_out_and_must_leave_something():
         servesim.simulate(dict(base, workload=dict(base["workload"], warmup_requests=4)))
 
 
+@pytest.mark.parametrize("reference", [False, True])
+def test_itl_leaves_warmup_requests_out(tmp_path, reference):
+    import servesim
+
+    from .conftest import fixed_config, write_trace
+
+    # Passes cost 10 ms plus 1 ms per prefill token. R0 (warm-up): prompt 10 at 0, [0,20)
+    # gives its first token. R1 (prompt 10) arrives at 15 and is prefilled beside R0's
+    # decode in [20,40): R0's gap 20, R1's first token at 40. Then [40,50), [50,60): gaps of
+    # 10 for both. ITL with R0: {20, 10, 10, 10, 10}, mean 12 ms; without it: {10, 10}.
+    rows = [{"timestamp": 0.0, "input_length": 10, "output_length": 4},
+            {"timestamp": 15.0, "input_length": 10, "output_length": 3}]
+    config = fixed_config(write_trace(tmp_path / "t.jsonl", rows), async_scheduling=False)
+    config["engine"]["timing"] = {"kind": "polynomial", "base_ms": 10.0, "per_prefill_token_ms": 1.0,
+                                  "per_decode_token_ms": 0.0, "per_context_token_ms": 0.0, "per_request_ms": 0.0}
+    config["engine"]["reference"] = reference
+    everything = servesim.simulate(config).summary
+    assert everything["mean_itl_ms"] == pytest.approx(12.0)
+    config["workload"]["warmup_requests"] = 1
+    measured = servesim.simulate(config).summary
+    assert measured["mean_itl_ms"] == pytest.approx(10.0)
+    assert measured["completed"] == 1
+
+
 def test_missing_lengths_file_is_one_sentence(tmp_path):
     import servesim
 

@@ -31,6 +31,7 @@ from servesim.engine.request import Request
 class DecodeGroup:
     def __init__(self, block_size: int) -> None:
         self.block_size = block_size
+        self.warmup_below = 0       # requests with smaller ids are warm-up (left out of the ITL)
         self.reset()
 
     def reset(self) -> None:
@@ -38,6 +39,7 @@ class DecodeGroup:
         self.done_step = 0          # last step whose outputs were processed
         self.done_end_ns = 0        # end of the pass that ran `done_step`
         self.active = 0             # members whose last step is not yet scheduled
+        self.warm_active = 0        # ... of which warm-up requests
         self.context_base = 0       # Σ over active members of (c - f + 1)
         self.buckets = [0] * self.block_size
         self.members: dict[int, Request] = {}     # seq -> member (active or finishing)
@@ -61,6 +63,8 @@ class DecodeGroup:
         offset = request.num_computed - step
         request.group_offset = offset
         self.active += 1
+        if request.request_id < self.warmup_below:
+            self.warm_active += 1
         self.context_base += offset + 1
         self.buckets[offset % self.block_size] += 1
         self.members[request.seq] = request
@@ -83,6 +87,8 @@ class DecodeGroup:
             for member in self.retire_at.pop(final, ()):
                 offset = member.group_offset
                 self.active -= 1
+                if member.request_id < self.warmup_below:
+                    self.warm_active -= 1
                 self.context_base -= offset + 1
                 self.buckets[offset % self.block_size] -= 1
         if step - 1 > self.retired_through:
@@ -151,6 +157,8 @@ class DecodeGroup:
         if final >= step:   # still active: take it out of the running totals
             offset = member.group_offset
             self.active -= 1
+            if member.request_id < self.warmup_below:
+                self.warm_active -= 1
             self.context_base -= offset + 1
             self.buckets[offset % self.block_size] -= 1
             self.retire_at[final].remove(member)

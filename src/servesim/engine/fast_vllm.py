@@ -39,6 +39,9 @@ class FastVllmScheduler(VllmScheduler):
     def has_unfinished(self) -> bool:
         return bool(self.running) or bool(self.waiting) or bool(self.transferred) or bool(self.group.members)
 
+    def exclude_warmup(self, first_measured: int) -> None:
+        self.group.warmup_below = first_measured
+
     def _num_running(self) -> int:
         return len(self.running) + len(self.group.members)
 
@@ -123,6 +126,7 @@ class FastVllmScheduler(VllmScheduler):
             group.step = step
             out.group_step = step
             out.group_size = group.active
+            out.group_warm = group.warm_active
             out.group_context = group.context_at(step)
 
         if not out.preempted:
@@ -247,7 +251,7 @@ class FastVllmScheduler(VllmScheduler):
         if in_flight_pass is not None:
             # The members' tokens now arrive explicitly; no bulk delivery remains.
             in_flight_pass.entries.sort(key=lambda e: e.request.seq)
-            in_flight_pass.group_size = 0
+            in_flight_pass.group_size = in_flight_pass.group_warm = 0
         assert not group.private_blocks, "decode group lost track of its blocks"
         self.running = sorted(self.running + list(group.members.values()), key=lambda r: r.seq)
         group.reset()
@@ -304,6 +308,8 @@ class FastVllmScheduler(VllmScheduler):
                 victim = group.newest_member(step)
                 if self._detach(victim, in_flight_step, in_flight_pass):
                     in_flight_pass.group_size -= 1
+                    if victim.request_id < group.warmup_below:
+                        in_flight_pass.group_warm -= 1
                     in_flight_pass.entries.sort(key=lambda e: e.request.seq)
                 group.remove(victim, step)
             self._preempt(victim)
@@ -361,6 +367,7 @@ class FastVllmScheduler(VllmScheduler):
             # A fast-forwarded run: only regular deliveries, each one pass after the last;
             # members whose last token came from its last step leave.
             done.bulk_deliveries = done.group_size
+            done.bulk_warmup = done.group_warm
             last = step + done.group_steps - 1
             leaving = group.depart_at.pop(last, ())
             if leaving:
@@ -385,6 +392,10 @@ class FastVllmScheduler(VllmScheduler):
             if regular:
                 done.bulk_deliveries = regular
                 done.bulk_gap_ns = done.end_ns - group.done_end_ns
+                warm = done.group_warm
+                if warm:
+                    warm -= sum(1 for r in joiners if r.request_id < group.warmup_below)
+                done.bulk_warmup = warm
             for member in group.depart_at.pop(step, ()):
                 if member.group_first != step:  # a joiner's delivery goes through `delivered`
                     member.last_token_ns = done.end_ns

@@ -25,7 +25,8 @@ class ScheduledPass:
 
     __slots__ = ("entries", "preempted", "num_tokens", "free_blocks", "index", "start_ns", "end_ns",
                  "delivered", "finished", "group_step", "group_size", "group_context",
-                 "bulk_deliveries", "bulk_gap_ns", "group_steps", "step_durations", "load_ns", "kv_peak")
+                 "bulk_deliveries", "bulk_gap_ns", "group_steps", "step_durations", "load_ns", "kv_peak",
+                 "group_warm", "bulk_warmup")
 
     def __init__(self) -> None:
         self.entries: list[PassEntry] = []
@@ -41,8 +42,10 @@ class ScheduledPass:
         self.group_step = 0         # the group's step in this pass (0: none)
         self.group_size = 0         # members decoding one token each
         self.group_context = 0      # Σ of their context lengths
+        self.group_warm = 0         # members that are warm-up requests
         self.bulk_deliveries = 0    # members whose token arrives one pass after their previous one
         self.bulk_gap_ns = 0        # that gap (this pass's end - the previous pass's end)
+        self.bulk_warmup = 0        # bulk deliveries to warm-up requests (not in the ITL)
         # Fast-forward: this record stands for `group_steps` identical passes back to back.
         self.group_steps = 1
         self.step_durations = None  # their durations (numpy int64), when group_steps > 1

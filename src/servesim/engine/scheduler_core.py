@@ -37,6 +37,9 @@ class SchedulerCore:
 
     # ------------------------------------------------------------------ queues
 
+    def exclude_warmup(self, first_measured: int) -> None:
+        """Requests with smaller ids are warm-up: a scheduler that delivers tokens in bulk counts them apart."""
+
     def add_request(self, request: Request) -> None:
         self.waiting.append(request)
 

@@ -18,8 +18,9 @@ def _ms(ns: int) -> float:
 
 
 class Collector:
-    def __init__(self, pass_log: TextIO | None = None) -> None:
-        self.itl = LogHistogram()
+    def __init__(self, pass_log: TextIO | None = None, warmup: int = 0) -> None:
+        self.itl = LogHistogram()   # inter-token gaps of measured requests (warm-up ones left out)
+        self.warmup = warmup
         self.records = RequestTable()
         self.pass_log = pass_log
         self.num_passes = 0
@@ -30,18 +31,20 @@ class Collector:
     def on_pass(self, worker, done: ScheduledPass) -> None:
         end = done.end_ns
         itl = self.itl
+        warmup = self.warmup
         for request in done.delivered:
             if request.first_token_ns is None:
                 request.first_token_ns = end
-            else:
+            elif request.request_id >= warmup:
                 itl.add(end - request.last_token_ns)
             request.last_token_ns = end
-        if done.bulk_deliveries:
+        measured = done.bulk_deliveries - done.bulk_warmup
+        if measured:
             if done.step_durations is None:
-                itl.add(done.bulk_gap_ns, done.bulk_deliveries)
+                itl.add(done.bulk_gap_ns, measured)
             else:  # a fast-forwarded run of passes: each gap is one pass's duration
                 durations = done.step_durations
-                members = done.bulk_deliveries
+                members = measured
                 if durations.min() == durations.max():
                     itl.add(int(durations[0]), len(durations) * members)
                 else:

@@ -53,8 +53,8 @@ def summarize(table: RequestTable, itl: LogHistogram, slo: SloConfig, warmup: in
         return table.column(name)[order]
 
     status = column("status")
-    # Warm-up requests (the first `warmup` ids) are left out of every figure here; they still
-    # load the engine, and the ITL histogram, filled pass by pass, includes their gaps.
+    # Warm-up requests (the first `warmup` ids) are left out of every figure here (the ITL
+    # histogram, filled pass by pass, leaves their gaps out too); they still load the engine.
     measured = column("request_id") >= warmup if warmup else np.ones(len(table), dtype=bool)
     done = measured & (status != 2)  # not rejected
     arrival_all = column("arrival_ns")
