@@ -67,6 +67,22 @@ def test_prefill_and_decode_are_separate_passes(tmp_path):
 # ---------------------------------------------------------------------- new_token_ratio
 
 
+def test_every_request_slot_is_used_in_one_prefill_pass(tmp_path):
+    # max_running_requests 4 and four 100-token prompts at t=0: one prefill pass [0,10)
+    # admits all four (SGLang admits while len(can_run_list) < max_running_requests - running).
+    # Counting admitted requests twice let only two in, and set the batch full until one
+    # finished (the other two waited 3 passes).
+    rows = [{"timestamp": 0, "input_length": 100, "output_length": 3} for _ in range(4)]
+    r = sglang(tmp_path, rows, max_running_requests=4)
+    assert r.schedule()[0] == {0: 100, 1: 100, 2: 100, 3: 100}
+    assert [r.ttft_ms(i) for i in range(4)] == [10, 10, 10, 10]
+    # With 3 slots the fourth waits for a finish: requests 0-2 end at 30 (tokens at 10, 20,
+    # 30), then [30,40) prefills request 3.
+    r = sglang(tmp_path, rows, max_running_requests=3)
+    assert r.schedule()[0] == {0: 100, 1: 100, 2: 100}
+    assert r.ttft_ms(3) == 40
+
+
 def _request(request_id, prompt, output):
     return Request(request_id, 0, 0, prompt, output, output, None)
 

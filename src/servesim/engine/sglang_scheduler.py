@@ -133,7 +133,9 @@ class SglangScheduler(SchedulerCore):
             for request in self._order():
                 if rem_chunk is not None and rem_chunk <= 0 or rem_input <= 0:
                     break
-                if len(self.running) + len(admitted) >= self.max_running_requests:
+                # Admitted requests join the running list at once (_start_running): it
+                # already counts them against the request slots.
+                if len(self.running) >= self.max_running_requests:
                     self.batch_is_full = True
                     break
                 hits = kv.lookup(request)
