@@ -153,3 +153,31 @@ def test_vectorised_decode_steps_equal_single_passes(name):
     for i, ns in enumerate(steps.tolist()):
         shape = PassShape(num_decodes=37, decode_tokens=37, decode_context=37 * 1500 + i * 37)
         assert ns == model.duration_ns(shape)
+
+
+def test_collectives_follow_the_nvlink_domain():
+    # H100: NVLink 900 GB/s (450 one way), NIC 50 GB/s, 8 GPUs per domain; comm efficiency 1.
+    model = RooflineTimingModel(Deployment(arch("llama-3.1-8b"), resolve_gpu("h100-sxm"), "bf16", "bf16", tp=8),
+                                BARE)
+    size = 1.6e8   # bytes per GPU
+    # 8 ranks: a ring over NVLink, 2·7/8 · 1.6e8 / 4.5e11 = 0.6222 ms.
+    assert model._all_reduce_seconds(size, 8) == pytest.approx(2 * 7 / 8 * size / 4.5e11)
+    # 16 ranks on 2 domains: the same ring inside each (0.6222 ms), then each GPU's 1/8 share
+    # (2e7 bytes) all-reduced across the 2 domains over its NIC: 2·1/2 · 2e7 / 5e10 = 0.4 ms.
+    assert model._all_reduce_seconds(size, 16) == pytest.approx(2 * 7 / 8 * size / 4.5e11 + 2e7 / 5e10)
+    # All-to-all over 16 ranks: 8 of the 15 peers are in the other domain. 1.5e8 bytes sent:
+    # 8e7 over the NIC (1.6 ms) while 7e7 take NVLink (0.156 ms).
+    assert model._all_to_all_seconds(1.5e8, 16) == pytest.approx(8e7 / 5e10)
+    assert model._all_to_all_seconds(1.5e8, 8) == pytest.approx(1.5e8 / 4.5e11)
+
+
+def test_tp_inside_a_domain_uses_nvlink_even_when_the_worker_spans_more():
+    # TP 4 × attention-DP 4 = 16 GPUs: the all-reduces span 4 GPUs of one domain (NVLink),
+    # not the 16 of the worker, so the pass is as fast as TP 4 alone (the dense work per GPU
+    # is the same: DP ranks run their own requests).
+    gpu = resolve_gpu("h100-sxm")
+    shape = PassShape(num_decodes=64, decode_tokens=64, decode_context=64 * 1000)
+    alone = RooflineTimingModel(Deployment(arch("llama-3.1-70b"), gpu, "bf16", "bf16", tp=4), BARE)
+    wide = RooflineTimingModel(Deployment(arch("llama-3.1-70b"), gpu, "bf16", "bf16", tp=4, attention_dp=4), BARE)
+    quarter = PassShape(num_decodes=16, decode_tokens=16, decode_context=16 * 1000)
+    assert wide.duration_ns(shape) == alone.duration_ns(quarter)

@@ -10,7 +10,11 @@ Per pass, on the critical GPU of a worker (tp × attention_dp GPUs, work balance
   half of itself on average) against the prefix's KV bytes; decoding requests read their
   whole KV cache (sliding-window layers at most the window; MLA its latent);
 - LM head for every scheduled request; TP all-reduces (two per layer) and EP all-to-all
-  over NVLink (or the network beyond one NVLink domain), each with a fixed latency;
+  (dispatch and combine per MoE layer), each with a fixed latency. A collective whose
+  ranks fit in one NVLink domain runs over NVLink. A wider all-reduce is hierarchical:
+  NVLink inside each domain, then each GPU's 1/g share across domains over its own NIC.
+  A wider all-to-all sends the share of its peers outside the domain over the NIC and the
+  rest over NVLink, at the same time;
 - a fixed overhead per pass, per layer (the small kernels a roofline of GEMMs and
   attention leaves out) and per request (input preparation, sampling).
 
@@ -138,8 +142,9 @@ class RooflineTimingModel(TimingModel):
         self._kv_bytes_layer = dep.kv_elements_per_token_layer_per_gpu() * dep.kv_bytes
         # Communication: two all-reduces per layer under TP, all-to-all dispatch and combine per MoE layer.
         self._layers = arch.layers
-        one_way = gpu.nvlink_gb_s / 2 * 1e9 if dep.gpus <= gpu.nvlink_domain else gpu.network_gb_s * 1e9
-        self._link = one_way * p.comm_efficiency
+        self._nvlink = gpu.nvlink_gb_s / 2 * 1e9 * p.comm_efficiency   # one direction
+        self._nic = gpu.network_gb_s * 1e9 * p.comm_efficiency
+        self._domain = gpu.nvlink_domain
         self._hidden_bytes = arch.hidden * 2
         self._latency = p.comm_latency_us * 1e-6
         self._overhead = p.pass_overhead_ms * 1e-3 + p.per_layer_overhead_us * 1e-6 * arch.layers
@@ -173,12 +178,30 @@ class RooflineTimingModel(TimingModel):
         comm = 0.0
         dep = self.deployment
         if dep.tp > 1:
-            volume = 2 * (dep.tp - 1) / dep.tp * rows * self._hidden_bytes
-            comm += 2 * self._layers * (volume / self._link + self._latency)
+            comm += 2 * self._layers * (self._all_reduce_seconds(rows * self._hidden_bytes, dep.tp) + self._latency)
         if dep.ep > 1 and self._moe_layers:
-            volume = 2 * (dep.ep - 1) / dep.ep * rows * self._k * self._hidden_bytes
-            comm += self._moe_layers * (volume / self._link + 2 * self._latency)
+            # Each direction sends the tokens' k expert copies to the other ranks.
+            sent = (dep.ep - 1) / dep.ep * rows * self._k * self._hidden_bytes
+            comm += self._moe_layers * (2 * self._all_to_all_seconds(sent, dep.ep) + 2 * self._latency)
         return self._overhead + self._per_request * requests + dense + head + moe + comm
+
+    def _all_reduce_seconds(self, size: float, ranks: int) -> float:
+        """A ring all-reduce of `size` bytes per GPU; hierarchical beyond one NVLink domain."""
+        domain = self._domain
+        if ranks <= domain:
+            return 2 * (ranks - 1) / ranks * size / self._nvlink
+        domains = -(-ranks // domain)
+        return (2 * (domain - 1) / domain * size / self._nvlink
+                + 2 * (domains - 1) / domains * size / domain / self._nic)
+
+    def _all_to_all_seconds(self, sent: float, ranks: int) -> float:
+        """`sent` bytes per GPU spread evenly over the other ranks: beyond the NVLink domain,
+        the share for peers in other domains crosses the NIC while the rest takes NVLink."""
+        domain = self._domain
+        if ranks <= domain:
+            return sent / self._nvlink
+        remote = sent * (ranks - domain) / (ranks - 1)
+        return max(remote / self._nic, (sent - remote) / self._nvlink)
 
     def _head_seconds(self, req_rows: float) -> float:
         eff = self._gemm_efficiency(req_rows)
