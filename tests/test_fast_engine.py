@@ -105,9 +105,11 @@ def test_default_run_matches_reference():
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(scenarios(), TIMINGS, st.sampled_from(["prefill", "decode"]), st.sampled_from(["round_robin", "kv_aware"]),
-       st.sampled_from(["vllm", "sglang", "trtllm"]), st.data())
-def test_fast_matches_reference_disaggregated(tmp_path, scenario, timing, first_token_from, policy, backend, data):
+@given(scenarios(), st.one_of(TIMINGS, st.just({"kind": "roofline"})), st.sampled_from(["prefill", "decode"]),
+       st.sampled_from(["round_robin", "kv_aware"]),
+       st.sampled_from(["vllm", "sglang", "trtllm"]), st.data(), st.sampled_from([0.0, 3.7]))
+def test_fast_matches_reference_disaggregated(tmp_path, scenario, timing, first_token_from, policy, backend, data,
+                                              tokenization_ms):
     rows, sched, client, trace_block_size = scenario
     trace = write_trace(tmp_path / "t.jsonl", rows)
     sched = as_backend(sched, backend, data)
@@ -117,6 +119,7 @@ def test_fast_matches_reference_disaggregated(tmp_path, scenario, timing, first_
                                    "decode": {"count": 2, "scheduler": dict(sched)}}
     config["engine"]["kv_transfer"] = {"bandwidth_gb_s": 50.0, "latency_ms": 0.5, "first_token_from": first_token_from}
     config["router"] = {"policy": policy}
+    config["engine"]["tokenization_ms"] = tokenization_ms
     assert_same(config)
 
 

@@ -81,7 +81,9 @@ class Simulation:
             # worker; a prefill pass end can reserve a decode worker's blocks for a handoff.
             times.append(self.disaggregation.next_transfer_done())
             if worker.role == "decode":
-                times.extend(w.executing.end_ns for w in self.roles["prefill"].workers if w.executing is not None)
+                # A prefill worker hands over only at the end of a pass that samples.
+                now = self.now
+                times.extend(w.next_output_bound(now) for w in self.roles["prefill"].workers)
                 # A decode pass end with handoffs queued for it starts their transfers; each
                 # frees a prefill worker's blocks, whose next prefill may come to this worker.
                 pending = self.disaggregation.pending

@@ -61,6 +61,7 @@ class Worker:
         self.num_passes = 0
         self.busy_ns = 0
         self.pending_preempted: list[Request] = []  # preemptions of empty scheduler calls
+        self.min_pass_ns = timing.min_pass_ns()
         self.fast_forward = hasattr(scheduler, "quiet_steps")
         self._last_call_preempted = False
         self._arrivals_due: deque[int] = deque()   # engine arrivals routed here, not yet delivered
@@ -72,6 +73,25 @@ class Worker:
 
     def next_engine_arrival(self) -> int | None:
         return self._arrivals_due[0] if self._arrivals_due else None
+
+    def next_output_bound(self, now: int) -> int | None:
+        """A lower bound on the end of this worker's next pass that delivers a token (None: only
+        an arrival or a wake-up, which other horizons already cover, can start one).
+
+        A prefill worker hands a request over exactly when a pass samples its first token. If
+        the pass running now samples nothing, whatever runs next starts when it ends and lasts
+        at least the timing model's shortest pass.
+        """
+        shortest = self.min_pass_ns
+        executing = self.executing
+        if executing is not None:
+            if any(entry.samples for entry in executing.entries):
+                return executing.end_ns
+            return executing.end_ns + shortest
+        if self.call_pending or self.intake:
+            return now + shortest
+        arrival = self.next_engine_arrival()
+        return None if arrival is None else arrival + shortest
 
     def on_engine_arrival(self, now: int, request: Request) -> None:
         self._arrivals_due.popleft()

@@ -8,6 +8,7 @@ once, here, and are at least 1 ns so time always moves forward.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -42,6 +43,11 @@ class TimingModel:
     def duration_ns(self, shape: PassShape) -> int:
         raise NotImplementedError
 
+    def min_pass_ns(self) -> int:
+        """A lower bound on any pass's duration (0: none known). Lets a decode worker see past a
+        prefill pass that hands nothing over: the next one cannot end sooner than this after it."""
+        return 0
+
     def decode_steps_ns(self, num_decodes: int, context: int, count: int) -> np.ndarray:
         """Durations of `count` passes in a row that only decode `num_decodes` requests, whose
         total context is `context` in the first and grows by `num_decodes` per pass.
@@ -61,6 +67,9 @@ class FixedTimingModel(TimingModel):
         self._ns = max(1, round(cfg.pass_ms * 1e6))
 
     def duration_ns(self, shape: PassShape) -> int:
+        return self._ns
+
+    def min_pass_ns(self) -> int:
         return self._ns
 
     def decode_steps_ns(self, num_decodes: int, context: int, count: int) -> np.ndarray:
@@ -91,6 +100,10 @@ class PolynomialTimingModel(TimingModel):
         ns = (self._base + self._prefill * prefill_tokens + self._decode * shape.decode_tokens
               + self._context * context + self._request * requests)
         return max(1, round(ns))
+
+    def min_pass_ns(self) -> int:
+        # Every term but the base is non-negative; rounding never takes a pass below floor(base).
+        return max(1, math.floor(self._base))
 
     def decode_steps_ns(self, num_decodes: int, context: int, count: int) -> np.ndarray:
         # The same float operations, in the same order, as duration_ns: bit-identical results.

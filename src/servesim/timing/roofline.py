@@ -255,6 +255,11 @@ class RooflineTimingModel(TimingModel):
                                                float(shape.decode_context))
         return max(1, round(seconds * 1e9))
 
+    def min_pass_ns(self) -> int:
+        # Every part grows with tokens, requests and context, so a one-token pass is the floor.
+        return min(self.duration_ns(PassShape(prefill_chunks=[(1, 0)])),
+                   self.duration_ns(PassShape(num_decodes=1, decode_tokens=1, decode_context=1)))
+
     def _decode_attention_seconds(self, decodes, context, queries=None):
         """Works on floats and on numpy arrays alike (the same operations, in the same order).
 
