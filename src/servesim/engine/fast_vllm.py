@@ -8,11 +8,13 @@ else (prefill chunks, admissions, finishes).
 The aggregate form is exact only while the order of the running list cannot
 matter. Before each pass the engine checks that every running request gets
 all the tokens it asks for, or that only requests admitted after every group
-member are cut by the budget, and that the blocks the pass needs are free (no
-preemption). Otherwise it dissolves the group, writing each member's progress
-into its own counters, and runs the reference scheduler for that pass; the
-members rejoin as they decode again. `tests/test_fast_engine.py` holds the
-two engines to identical records on random workloads.
+member are cut by the budget. When the blocks the pass needs are not free, it
+preempts in vLLM's order itself as long as every explicit running request is
+newer than every member (the members then take blocks first, as one unit).
+Otherwise it dissolves the group, writing each member's progress into its own
+counters, and runs the reference scheduler for that pass; the members rejoin
+as they decode again. `tests/test_fast_engine.py` holds the two engines to
+identical records on random workloads.
 """
 
 from __future__ import annotations
