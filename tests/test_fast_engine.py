@@ -206,3 +206,30 @@ def test_preemption_in_aggregate_form(run, monkeypatch):
 
 def _pass_at(run, start_ms):
     return next(p for p in run.passes if p["start_ms"] == start_ms)
+
+
+def test_kv_peak_of_a_run_with_a_transfer_reserved_in_its_last_step(tmp_path):
+    """Found by an explore draw: a decode worker's fast-forwarded run whose members leave at its
+    last step, during which a KV transfer reserves blocks there. The run's KV peak must be the
+    usage at the end of its next-to-last pass (as the reference samples it), without them."""
+    rows = ([{"timestamp": 0.0, "input_length": 1, "output_length": n} for n in (1, 12, 1, 1)]
+            + [{"timestamp": 47.1, "input_length": 1, "output_length": 1},
+               {"timestamp": 47.35, "input_length": 49, "output_length": 2},
+               {"timestamp": 47.35, "input_length": 17, "output_length": 2}]
+            + [{"timestamp": 47.35, "input_length": 1, "output_length": 1}] * 10
+            + [{"timestamp": 47.35, "input_length": 25, "output_length": 1}]
+            + [{"timestamp": 47.35, "input_length": 1, "output_length": 1}] * 2)
+    trace = write_trace(tmp_path / "t.jsonl", rows)
+    for async_scheduling in (False, True):
+        sched = {"block_size": 4, "max_model_len": 64, "num_gpu_blocks": 17, "max_num_seqs": 3,
+                 "max_num_batched_tokens": 64, "enable_chunked_prefill": False, "enable_prefix_caching": False,
+                 "long_prefill_token_threshold": 8, "async_scheduling": async_scheduling}
+        config = _config(trace, sched, {"mode": "open_loop"}, 4, {"kind": "fixed", "pass_ms": 10.0})
+        config["engine"]["workers"] = {"prefill": {"count": 2, "scheduler": dict(sched)},
+                                       "decode": {"count": 2, "scheduler": dict(sched)}}
+        config["engine"]["kv_transfer"] = {"bandwidth_gb_s": 50.0, "latency_ms": 0.5, "first_token_from": "prefill"}
+        config["router"] = {"policy": "round_robin"}
+        fast = assert_same(config)
+        # Decode-0 peaks at 13 of 16 usable blocks (sync), not the 16 a run-end estimate gave.
+        if not async_scheduling:
+            assert fast.summary["workers"][2]["kv_utilization_max"] == 13 / 16

@@ -194,7 +194,13 @@ class FastVllmScheduler(VllmScheduler):
         group = self.group
         first = decided.group_step
         self.kv.take(group.blocks_for_steps(first + 1, steps - 1), group.private_blocks)
-        group.step = first + steps - 1
+        group.step = last = first + steps - 1
+        # The reference samples KV usage at every pass end; the run is sampled at its end only,
+        # after members that leave there freed their blocks. Nothing else allocates or frees on
+        # this worker before the last step (the horizon), so usage at the end of the pass
+        # before the last is known now: every block taken, less the last step's when that
+        # step is scheduled only then (sync; async commits it one pass earlier).
+        decided.kv_peak = self.kv.num_used - (0 if self.async_scheduling else group.blocks_needed(last))
         decided.group_steps = steps
         decided.step_durations = durations
         decided.num_tokens = group.active * steps
@@ -371,14 +377,7 @@ class FastVllmScheduler(VllmScheduler):
             done.bulk_deliveries = done.group_size
             done.bulk_warmup = done.group_warm
             last = step + done.group_steps - 1
-            leaving = group.depart_at.pop(last, ())
-            if leaving:
-                # Blocks only grow inside a run, so usage peaked at the end of the pass before
-                # the last: now less what was taken since (sync: the last step's blocks; async:
-                # those of the pass after the run, already committed).
-                since = group.blocks_needed(last if not async_on else last + 1)
-                done.kv_peak = self.kv.num_used - since
-            for member in leaving:
+            for member in group.depart_at.pop(last, ()):
                 member.last_token_ns = done.end_ns
                 group.settle(member, last, last)
                 del group.members[member.seq]

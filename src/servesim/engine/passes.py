@@ -50,7 +50,7 @@ class ScheduledPass:
         self.group_steps = 1
         self.step_durations = None  # their durations (numpy int64), when group_steps > 1
         self.load_ns = 0            # KV offload: copying host-tier prefix hits back to the GPU
-        self.kv_peak = 0            # a run whose last step ends requests: KV blocks used before that step
+        self.kv_peak = 0            # a fast-forwarded run: KV blocks used at the end of its next-to-last pass
 
     def __bool__(self) -> bool:
         return self.num_tokens > 0
