@@ -54,6 +54,10 @@ class Run:
         """A request's timestamp in ms: event is first_token, finish, first_scheduled or arrival."""
         return getattr(self.by_id[request_id], f"{event}_ns") / 1e6
 
+    def pass_at(self, start_ms: float) -> dict:
+        """The pass record that starts at `start_ms`."""
+        return next(p for p in self.passes if p["start_ms"] == start_ms)
+
     def schedule(self) -> list[dict]:
         """[{request_id: tokens}] per pass."""
         return [{int(k): v for k, v in p["scheduled"].items()} for p in self.passes]

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import pytest
 
-from servesim.errors import ServesimError
-
 
 def _pd(prefill=None, decode=None, transfer=None, sched=None):
     base = {"num_gpu_blocks": 1000, "max_model_len": 1024, "max_num_seqs": 64, "max_num_batched_tokens": 2048,
@@ -130,14 +128,15 @@ def test_sglang_decode_keeps_room_for_running_requests(tmp_path):
     assert result.summary["failed_requests"] == 1
 
 
-def _sglang_pd(reserve: int, decode_tokens: int = 100):
+def _sglang_pd(reserve: int, decode_tokens: int = 100, **decode):
+    """One SGLang prefill and one decode worker; `decode` overrides the decode worker's settings."""
     sched = {"page_size": 1, "context_length": 100, "max_running_requests": 8, "chunked_prefill_size": 512,
              "max_prefill_tokens": 1024, "disable_overlap_schedule": True, "num_reserved_decode_tokens": reserve}
     return {
         "engine.backend": "sglang",
         "engine.workers": {
             "prefill": {"count": 1, "scheduler": {**sched, "max_total_tokens": 1000}},
-            "decode": {"count": 1, "scheduler": {**sched, "max_total_tokens": decode_tokens}},
+            "decode": {"count": 1, "scheduler": {**sched, "max_total_tokens": decode_tokens, **decode}},
         },
         "engine.kv_transfer": {"bandwidth_gb_s": 1.0, "latency_ms": 2.0, "first_token_from": "prefill"},
     }
@@ -182,10 +181,8 @@ def test_sglang_decode_keeps_a_running_requests_whole_output(run):
 def test_sglang_decode_request_slots(run):
     # max_running_requests 1 on the decode worker: 1 running slot plus 2 for requests whose KV
     # is on its way or waiting (SGLang pre-allocates twice the slots when the limit is <= 32).
-    extra = _sglang_pd(reserve=0, decode_tokens=100)
-    extra["engine.workers"]["decode"]["scheduler"]["max_running_requests"] = 1
     rows = [{"timestamp": 0.0, "input_length": 10, "output_length": 20} for _ in range(4)]
-    r = run(rows, config_extra=extra)
+    r = run(rows, config_extra=_sglang_pd(reserve=0, max_running_requests=1))
     # All four prompts share the prefill pass [0,10). Three transfers start at 10 (10 tokens:
     # 1.31072 ms + 2 ms, done at 13.31072); the fourth waits for a slot. Request 0 decodes
     # tokens 2..20 in 19 passes from 13.31072, finishing at 203.31072: its slot frees then.
@@ -200,12 +197,11 @@ def test_sglang_decode_worker_has_no_radix_cache_by_default(run):
     # blocks of 16); B's transfer is reserved at 20, after A's KV arrived at 17.24288.
     rows = [{"timestamp": 0.0, "input_length": 40, "output_length": 10, "hash_ids": [1, 2]},
             {"timestamp": 1.0, "input_length": 40, "output_length": 10, "hash_ids": [1, 2]}]
-    extra = {**_sglang_pd(reserve=0, decode_tokens=200), "workload.trace_block_size": 16}
-    r = run(rows, config_extra=extra)
+    r = run(rows, config_extra={**_sglang_pd(reserve=0, decode_tokens=200), "workload.trace_block_size": 16})
     assert r.by_id[1].transfer_bytes == 40 * 131_072
     assert r.result.config.engine.workers.decode.scheduler.disable_radix_cache is True
     assert r.result.config.engine.workers.prefill.scheduler.disable_radix_cache is False
     # With the decode radix cache on, only the 8 tokens past the cached prefix move.
-    extra["engine.workers"]["decode"]["scheduler"]["disable_radix_cache"] = False
-    r = run(rows, config_extra=extra)
+    r = run(rows, config_extra={**_sglang_pd(reserve=0, decode_tokens=200, disable_radix_cache=False),
+                                "workload.trace_block_size": 16})
     assert r.by_id[1].transfer_bytes == 8 * 131_072

@@ -193,8 +193,8 @@ def test_preemption_in_aggregate_form(run, monkeypatch):
     # computes position p + 2, so pass 6 [50,60) needs a 3rd block for all three with 1
     # free: R0 takes it, R1 finds none, and the newest, R2, is preempted (its 2 blocks
     # freed); R1 takes one of them.
-    assert _pass_at(r, 50)["preempted"] == [2]
-    assert _pass_at(r, 50)["scheduled"] == {"0": 1, "1": 1}
+    assert r.pass_at(50)["preempted"] == [2]
+    assert r.pass_at(50)["scheduled"] == {"0": 1, "1": 1}
     # R0 and R1 get their 9th token in pass 9 and finish at 90. R2 (4 + 5 tokens, needs 3
     # blocks, 1 free) waits until then; pass 10 recomputes its 9 tokens and samples its
     # 6th output, passes 11-13 the 7th to 9th: it finishes at 130.
@@ -202,10 +202,6 @@ def test_preemption_in_aggregate_form(run, monkeypatch):
     assert [r.by_id[i].preemptions for i in range(3)] == [0, 0, 1]
     # The group was never turned back into explicit requests to preempt.
     assert not any(dissolved_members)
-
-
-def _pass_at(run, start_ms):
-    return next(p for p in run.passes if p["start_ms"] == start_ms)
 
 
 def test_kv_peak_of_a_run_with_a_transfer_reserved_in_its_last_step(tmp_path):
@@ -230,6 +226,10 @@ def test_kv_peak_of_a_run_with_a_transfer_reserved_in_its_last_step(tmp_path):
         config["engine"]["kv_transfer"] = {"bandwidth_gb_s": 50.0, "latency_ms": 0.5, "first_token_from": "prefill"}
         config["router"] = {"policy": "round_robin"}
         fast = assert_same(config)
-        # Decode-0 peaks at 13 of 16 usable blocks (sync), not the 16 a run-end estimate gave.
+        # Sync: decode-0's run of [100.5, 120.5) ms has 3 blocks in use at the end of its
+        # next-to-last pass (request 1 alone, 12 tokens computed in blocks of 4). In its last
+        # step request 5's transfer (at 117.35) reserves ceil(49 / 4) = 13 blocks, and at the end
+        # request 1 leaves with its blocks: the reference samples 3, then 13, so the peak is 13
+        # of 16 usable. An estimate made at the run's end added request 1's 3 to the 13: 16.
         if not async_scheduling:
             assert fast.summary["workers"][2]["kv_utilization_max"] == 13 / 16

@@ -12,10 +12,6 @@ R3 = {"timestamp": 25.0, "input_length": 40, "output_length": 1}
 TINY_KV = dict(block_size=16, num_gpu_blocks=6, max_num_seqs=8, max_num_batched_tokens=256, max_model_len=64)
 
 
-def _pass_at(run, start_ms):
-    return next(p for p in run.passes if p["start_ms"] == start_ms)
-
-
 def test_preemption_sync_small(run):
     r = run([R0, R1, R2, R3], async_scheduling=False, **TINY_KV)
     # 5 usable blocks of 16 (block 0 is vLLM's null block).
@@ -23,18 +19,18 @@ def test_preemption_sync_small(run):
     # and R2 (1 block) are admitted: 4 used. [20,30): R1 takes its 2nd block: 5 used.
     # R2 runs 1@(8+p-2) in pass p, so in pass 10 (at 100 ms) it needs a 2nd block with
     # none free: the last running request, R2 itself, is preempted.
-    assert _pass_at(r, 100)["preempted"] == [2]
-    assert 2 not in _pass_at(r, 100)["scheduled"]
+    assert r.pass_at(100)["preempted"] == [2]
+    assert 2 not in r.pass_at(100)["scheduled"]
     # Pass 17 (170 ms): R0 1@32 takes a 3rd block, the one R2 freed. Pass 18: R1 1@32
     # needs a 3rd block, none free: R1 preempts itself. R0 gets its 19th token there and
     # finishes at 190.
-    assert _pass_at(r, 180)["preempted"] == [1]
+    assert r.pass_at(180)["preempted"] == [1]
     assert r.by_id[0].finish_ns == 190_000_000
     # At 190 the waiting queue is [R1, R2, R3] (each preemption pushed to the front).
     # R1 has 16 + 17 = 33 tokens; its two full blocks are still cached: hit 32, it
     # recomputes 1 token. R2 has 8 + 9 = 17 tokens; its one full block was evicted when
     # R0 took it at 170: hit 0, it recomputes 17. Then 2 blocks are free and R3 needs 3.
-    resumed = _pass_at(r, 190)
+    resumed = r.pass_at(190)
     assert resumed["scheduled"] == {"1": 1, "2": 17}
     assert resumed["prefix_hits"] == {"1": 32, "2": 0}
     # The newer arrival R3 waits while the preempted ones resume. R1's tokens 18, 19, 20
@@ -49,12 +45,12 @@ def test_preemption_async(run):
     # Async: R1 and R2 arrive during [0,10) and first run in [20,30), one pass later than
     # in sync, so their block growth shifts by one pass: R2 preempts itself in the pass
     # committed at 100, which runs [110,120) (sync: [100,110)).
-    assert _pass_at(r, 110)["preempted"] == [2]
+    assert r.pass_at(110)["preempted"] == [2]
     # R0's last token is computed in [180,190). The call committed at 180 finds R1 short
     # of a block; R1 preempts itself, and the committed pass is empty. So at 190 the GPU
     # is free right after R0's blocks are released: R1 and R2 resume at 190, as in sync,
     # and the empty call's preemption is reported with this pass.
-    resumed = _pass_at(r, 190)
+    resumed = r.pass_at(190)
     assert resumed["preempted"] == [1]
     # R1's second block (tokens 16..31) is cached in async mode only once token 31 is
     # delivered, and it was still in flight when R1 was preempted: the hit is 16 (sync:
@@ -79,19 +75,19 @@ def test_preempted_requests_resume_ahead_of_newer_arrivals_sync(run):
     # A request needs its 4th block when it has 48 tokens computed: R0 in pass 9 (takes
     # the last block), R1..R5 in pass 10: R1 preempts R5 (3 freed), R1, R2, R3 take one
     # each, R4 finds none and preempts itself.
-    assert _pass_at(r, 100)["preempted"] == [5, 4]  # in preemption order
-    assert _pass_at(r, 100)["scheduled"] == {"0": 1, "1": 1, "2": 1, "3": 1}
+    assert r.pass_at(100)["preempted"] == [5, 4]  # in preemption order
+    assert r.pass_at(100)["scheduled"] == {"0": 1, "1": 1, "2": 1, "3": 1}
     # 5th block at 64 computed: R0 in pass 25, R1 and R2 in pass 26, R3 preempts itself.
-    assert _pass_at(r, 260)["preempted"] == [3]
+    assert r.pass_at(260)["preempted"] == [3]
     # R0 finishes at 400 (token 40 in pass 39). Waiting: [R3, R4, R5, R6, R7].
     # R3 has 40 + 25 = 65 tokens, its 4 full blocks still cached: hit 64, recompute 1.
     # R4 has 40 + 9 = 49; its 3 cached blocks were evicted by R0, R1, R2's growth in
     # passes 25-26: hit 0, recompute 49 and take the last 4 free blocks.
-    resumed = _pass_at(r, 400)
+    resumed = r.pass_at(400)
     assert resumed["scheduled"] == {"1": 1, "2": 1, "3": 1, "4": 49}
     assert resumed["prefix_hits"] == {"3": 64, "4": 0}
     # The newer R6 and R7 (arrived at 0.6 and 0.7 ms) get in only at 410, behind R5.
-    assert _pass_at(r, 410)["prefix_hits"] == {"5": 0, "6": 0, "7": 0}
+    assert r.pass_at(410)["prefix_hits"] == {"5": 0, "6": 0, "7": 0}
     assert r.by_id[6].first_scheduled_ns == 410_000_000
 
 
@@ -101,9 +97,9 @@ def test_preempted_requests_resume_async(run):
     # committed before R1..R5 are read, so they start in [20,30)), and a finishing
     # request's blocks are free only for the pass committed after its outputs: the
     # preemptions come at 110 and 270, and the resumes at 410 (sync: 100, 260, 400).
-    assert _pass_at(r, 110)["preempted"] == [5, 4]
-    assert _pass_at(r, 270)["preempted"] == [3]
-    resumed = _pass_at(r, 410)
+    assert r.pass_at(110)["preempted"] == [5, 4]
+    assert r.pass_at(270)["preempted"] == [3]
+    resumed = r.pass_at(410)
     # R3's 4th block was not cached yet (async caches a block when its last token is
     # delivered): hit 48, recompute 65 - 48 = 17.
     assert resumed["prefix_hits"] == {"3": 48, "4": 0}

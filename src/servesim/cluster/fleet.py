@@ -81,8 +81,6 @@ def make_scheduler(sched, kv, use_reference: bool, speculative=None, seed: int =
     scheduler = _policy(sched, kv, use_reference or speculative is not None)
     if speculative is not None:
         scheduler.speculation = Speculation(speculative, seed)
-        if isinstance(sched, VllmSchedulerConfig) and speculative.method != "ngram":
-            scheduler.lookahead = speculative.num_speculative_tokens
     return scheduler
 
 

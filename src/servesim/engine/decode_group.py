@@ -85,14 +85,18 @@ class DecodeGroup:
         """Members whose last step comes before `step` are no longer scheduled."""
         for final in range(self.retired_through + 1, step):
             for member in self.retire_at.pop(final, ()):
-                offset = member.group_offset
-                self.active -= 1
-                if member.request_id < self.warmup_below:
-                    self.warm_active -= 1
-                self.context_base -= offset + 1
-                self.buckets[offset % self.block_size] -= 1
+                self._deactivate(member)
         if step - 1 > self.retired_through:
             self.retired_through = step - 1
+
+    def _deactivate(self, member: Request) -> None:
+        """Take a member out of the running totals of the members still to be scheduled."""
+        offset = member.group_offset
+        self.active -= 1
+        if member.request_id < self.warmup_below:
+            self.warm_active -= 1
+        self.context_base -= offset + 1
+        self.buckets[offset % self.block_size] -= 1
 
     def blocks_needed(self, step: int) -> int:
         return self.buckets[-step % self.block_size]
@@ -154,13 +158,8 @@ class DecodeGroup:
     def remove(self, member: Request, step: int) -> None:
         """Forget a settled member (preempted) before step `step` is scheduled."""
         final = member.group_final
-        if final >= step:   # still active: take it out of the running totals
-            offset = member.group_offset
-            self.active -= 1
-            if member.request_id < self.warmup_below:
-                self.warm_active -= 1
-            self.context_base -= offset + 1
-            self.buckets[offset % self.block_size] -= 1
+        if final >= step:   # still active
+            self._deactivate(member)
             self.retire_at[final].remove(member)
         for table, key in ((self.depart_at, final), (self.joined_at, member.group_computed - member.group_offset)):
             members = table.get(key)

@@ -122,7 +122,7 @@ class FastVllmScheduler(VllmScheduler):
             for request, num_new, joins in plan:
                 kv.allocate(request, num_new)
                 self._place(out, request, num_new, joins, step)
-        if plan:
+        if any(joins for _, _, joins in plan):
             self.running = [r for r in self.running if r.group_first < 0]
         if group.active:
             group.step = step
@@ -208,14 +208,15 @@ class FastVllmScheduler(VllmScheduler):
     # ------------------------------------------------------------------ exact fallback
 
     def _in_flight_group_pass(self) -> tuple[int, ScheduledPass | None]:
-        """The group step whose outputs are still in flight (0 if none), and its pass."""
+        """The group step whose outputs are still in flight (0 if none), and its pass (None if
+        none, or if that pass is a fast-forwarded run, whose members cannot be taken apart)."""
         group = self.group
         if group.step <= group.done_step:
             return 0, None
         step = group.step
         in_flight_pass = next((p for p in self.pending if p.group_step == step), None)
-        assert in_flight_pass is not None and in_flight_pass.group_steps == 1, (
-            "the exact path cannot take over while a fast-forwarded run is in flight")
+        if in_flight_pass is None or in_flight_pass.group_steps != 1:
+            return step, None
         return step, in_flight_pass
 
     def _detach(self, member: Request, in_flight_step: int, in_flight_pass: ScheduledPass | None) -> bool:
@@ -252,6 +253,8 @@ class FastVllmScheduler(VllmScheduler):
             group.reset()
             return
         in_flight_step, in_flight_pass = self._in_flight_group_pass()
+        assert not in_flight_step or in_flight_pass is not None, (
+            "the exact path cannot take over while a fast-forwarded run is in flight")
         if in_flight_pass is not None:
             in_flight_pass.group_step = 0
         for member in sorted(group.members.values(), key=lambda r: r.seq):
@@ -289,15 +292,12 @@ class FastVllmScheduler(VllmScheduler):
         group = self.group
         kv = self.kv
         running = self.running
-        in_flight_step = group.step if group.step > group.done_step else 0
-        in_flight_pass = None
+        in_flight_step, in_flight_pass = self._in_flight_group_pass()
         if group.members:
             if running and running[0].seq < group.newest_member(step).seq:
                 return False
-            if in_flight_step:
-                in_flight_pass = next((p for p in self.pending if p.group_step == in_flight_step), None)
-                if in_flight_pass is None or in_flight_pass.group_steps != 1:
-                    return False
+            if in_flight_step and in_flight_pass is None:
+                return False
         pool = group.private_blocks
         taken = 0
         while True:
@@ -376,15 +376,7 @@ class FastVllmScheduler(VllmScheduler):
             # members whose last token came from its last step leave.
             done.bulk_deliveries = done.group_size
             done.bulk_warmup = done.group_warm
-            last = step + done.group_steps - 1
-            for member in group.depart_at.pop(last, ()):
-                member.last_token_ns = done.end_ns
-                group.settle(member, last, last)
-                del group.members[member.seq]
-                member.status = Status.FINISHED
-                ending.append(member)
-            group.done_step = last
-            group.done_end_ns = done.end_ns
+            self._leave_at(step + done.group_steps - 1, done.end_ns, ending)
             step = 0
         if step:
             joiners = group.joined_at.pop(step, [])
@@ -397,15 +389,7 @@ class FastVllmScheduler(VllmScheduler):
                 if warm:
                     warm -= sum(1 for r in joiners if r.request_id < group.warmup_below)
                 done.bulk_warmup = warm
-            for member in group.depart_at.pop(step, ()):
-                if member.group_first != step:  # a joiner's delivery goes through `delivered`
-                    member.last_token_ns = done.end_ns
-                group.settle(member, step, step)
-                del group.members[member.seq]
-                member.status = Status.FINISHED
-                ending.append(member)
-            group.done_step = step
-            group.done_end_ns = done.end_ns
+            self._leave_at(step, done.end_ns, ending)
 
         if ending:
             ending.sort(key=lambda r: r.seq)
@@ -421,3 +405,17 @@ class FastVllmScheduler(VllmScheduler):
                     stopped_running.add(request.request_id)
             if stopped_running:
                 self.running = [r for r in self.running if r.request_id not in stopped_running]
+
+    def _leave_at(self, step: int, end_ns: int, ending: list[Request]) -> None:
+        """Group step `step`'s outputs are in (its pass, or a run's last, ended at `end_ns`):
+        members whose last token it was leave the group, finished."""
+        group = self.group
+        for member in group.depart_at.pop(step, ()):
+            if member.group_first != step:  # a joiner's delivery goes through `delivered`
+                member.last_token_ns = end_ns
+            group.settle(member, step, step)
+            del group.members[member.seq]
+            member.status = Status.FINISHED
+            ending.append(member)
+        group.done_step = step
+        group.done_end_ns = end_ns

@@ -31,9 +31,6 @@ class SchedulerCore:
         self.incoming: dict[int, Request] = {}   # blocks reserved, KV transfer still in flight
         self.admissions = 0     # running order is admission order: each admission gets the next seq
         self.speculation: Speculation | None = None   # speculative decoding, when configured
-        # vLLM: KV slots reserved past the scheduled tokens for a drafter that writes its own KV
-        # there (EAGLE, MTP: num_speculative_tokens; n-gram drafts need none).
-        self.lookahead = 0
 
     # ------------------------------------------------------------------ queues
 

@@ -33,6 +33,13 @@ class VllmScheduler(SchedulerCore):
         self.enable_chunked_prefill = enable_chunked_prefill
         self.long_prefill_token_threshold = long_prefill_token_threshold
 
+    @property
+    def lookahead(self) -> int:
+        """KV slots reserved past the scheduled tokens for a drafter that writes its own KV there
+        (EAGLE, MTP: num_speculative_tokens; n-gram drafts need none)."""
+        speculation = self.speculation
+        return speculation.num_draft_tokens if speculation is not None and speculation.method != "ngram" else 0
+
     # ------------------------------------------------------------------ schedule
 
     def schedule(self) -> ScheduledPass:

@@ -44,13 +44,12 @@ class Collector:
                 itl.add(done.bulk_gap_ns, measured)
             else:  # a fast-forwarded run of passes: each gap is one pass's duration
                 durations = done.step_durations
-                members = measured
                 if durations.min() == durations.max():
-                    itl.add(int(durations[0]), len(durations) * members)
+                    itl.add(int(durations[0]), len(durations) * measured)
                 else:
                     values, counts = np.unique(durations, return_counts=True)
                     for value, count in zip(values.tolist(), counts.tolist()):
-                        itl.add(value, count * members)
+                        itl.add(value, count * measured)
         for request in done.finished:
             request.finish_ns = end
         steps = done.group_steps
