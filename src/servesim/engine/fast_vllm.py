@@ -156,8 +156,8 @@ class FastVllmScheduler(VllmScheduler):
 
     # ------------------------------------------------------------------ fast-forward
 
-    def quiet_steps(self, decided: ScheduledPass, limit: int) -> int:
-        """How many passes, starting with `decided`, are identical group steps.
+    def quiet_steps(self, decided: ScheduledPass, limit: int, now: int) -> int:
+        """How many passes, starting with `decided` (starting at `now`), are identical group steps.
 
         `decided` (a pure group step, about to start) can stand for a run of such passes
         while nothing can change: no other running request, no admission possible
@@ -165,11 +165,21 @@ class FastVllmScheduler(VllmScheduler):
         enough free blocks for every step. The run may end with the step that gives the
         first member its last token, never later: the pass after it decodes fewer members.
         The caller also stops the run before any other event (an arrival) could be read.
+
+        Members that join at `decided` ride the run like the others when their previous
+        token (their first) came at `now`, as every other member's did: then each of
+        their gaps is one pass too. Otherwise their first decode is a pass of its own.
         """
         group = self.group
         step = decided.group_step
-        if (decided.entries or self.running or self.transferred or group.joined_at.get(step)
+        if (decided.entries or self.running or self.transferred
                 or decided.group_size != group.active or group.step != step):
+            return 0
+        joiners = group.joined_at.get(step)
+        if joiners and not (
+            all(r.last_token_ns == now for r in joiners)
+            and (len(joiners) == group.active or group.done_end_ns == now)
+        ):
             return 0
         waiting = self.waiting
         if waiting and not (
@@ -189,8 +199,9 @@ class FastVllmScheduler(VllmScheduler):
         # (counted with every member, so also with those that leave at the run's end).
         return group.steps_within(step + 1, cap, self.kv.num_free)
 
-    def extend(self, decided: ScheduledPass, steps: int, durations) -> None:
-        """Make `decided` stand for `steps` group steps (see quiet_steps)."""
+    def extend(self, decided: ScheduledPass, steps: int, durations, uniform_ns: int = 0) -> None:
+        """Make `decided` stand for `steps` group steps (see quiet_steps), each lasting its entry
+        of `durations`, or `uniform_ns` when `durations` is None."""
         group = self.group
         first = decided.group_step
         self.kv.take(group.blocks_for_steps(first + 1, steps - 1), group.private_blocks)
@@ -203,6 +214,7 @@ class FastVllmScheduler(VllmScheduler):
         decided.kv_peak = self.kv.num_used - (0 if self.async_scheduling else group.blocks_needed(last))
         decided.group_steps = steps
         decided.step_durations = durations
+        decided.bulk_gap_ns = uniform_ns
         decided.num_tokens = group.active * steps
 
     # ------------------------------------------------------------------ exact fallback
@@ -372,8 +384,10 @@ class FastVllmScheduler(VllmScheduler):
         step = done.group_step
         group = self.group
         if step and done.group_steps > 1:
-            # A fast-forwarded run: only regular deliveries, each one pass after the last;
-            # members whose last token came from its last step leave.
+            # A fast-forwarded run: only regular deliveries, each one pass after the last
+            # (members that joined at its first step too: see quiet_steps); members whose
+            # last token came from its last step leave.
+            group.joined_at.pop(step, None)
             done.bulk_deliveries = done.group_size
             done.bulk_warmup = done.group_warm
             self._leave_at(step + done.group_steps - 1, done.end_ns, ending)

@@ -44,11 +44,11 @@ class ScheduledPass:
         self.group_context = 0      # Σ of their context lengths
         self.group_warm = 0         # members that are warm-up requests
         self.bulk_deliveries = 0    # members whose token arrives one pass after their previous one
-        self.bulk_gap_ns = 0        # that gap (this pass's end - the previous pass's end)
+        self.bulk_gap_ns = 0        # that gap (this pass's end - the previous pass's end; a run's pass)
         self.bulk_warmup = 0        # bulk deliveries to warm-up requests (not in the ITL)
         # Fast-forward: this record stands for `group_steps` identical passes back to back.
         self.group_steps = 1
-        self.step_durations = None  # their durations (numpy int64), when group_steps > 1
+        self.step_durations = None  # their durations (numpy int64), when group_steps > 1 and they differ
         self.load_ns = 0            # KV offload: copying host-tier prefix hits back to the GPU
         self.kv_peak = 0            # a fast-forwarded run: KV blocks used at the end of its next-to-last pass
 

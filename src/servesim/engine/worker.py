@@ -195,9 +195,17 @@ class Worker:
             limit = (upcoming - now - 1) // first_duration + 1
             if limit < 2:
                 return 0
-        steps = self.scheduler.quiet_steps(decided, limit)
+        steps = self.scheduler.quiet_steps(decided, limit, now)
         if steps < 2:
             return 0
+        uniform = self.timing.uniform_decode_ns()
+        if uniform is not None:
+            if upcoming is not None:   # the pass ends now + i·uniform must come before it
+                steps = min(steps, (upcoming - now - 1) // uniform + 1)
+                if steps < 2:
+                    return 0
+            self.scheduler.extend(decided, steps, None, uniform)
+            return steps * uniform
         durations = self.timing.decode_steps_ns(decided.group_size, decided.group_context, steps)
         if upcoming is not None:
             ends = now + np.cumsum(durations)

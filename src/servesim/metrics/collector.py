@@ -40,8 +40,8 @@ class Collector:
             request.last_token_ns = end
         measured = done.bulk_deliveries - done.bulk_warmup
         if measured:
-            if done.step_durations is None:
-                itl.add(done.bulk_gap_ns, measured)
+            if done.step_durations is None:   # one pass, or a run of equal passes
+                itl.add(done.bulk_gap_ns, measured * done.group_steps)
             else:  # a fast-forwarded run of passes: each gap is one pass's duration
                 durations = done.step_durations
                 if durations.min() == durations.max():

@@ -48,6 +48,11 @@ class TimingModel:
         prefill pass that hands nothing over: the next one cannot end sooner than this after it."""
         return 0
 
+    def uniform_decode_ns(self) -> int | None:
+        """The duration of every pass that only decodes, when it depends on nothing (else None):
+        a fast-forwarded run then needs no per-pass durations at all."""
+        return None
+
     def decode_steps_ns(self, num_decodes: int, context: int, count: int) -> np.ndarray:
         """Durations of `count` passes in a row that only decode `num_decodes` requests, whose
         total context is `context` in the first and grows by `num_decodes` per pass.
@@ -70,6 +75,9 @@ class FixedTimingModel(TimingModel):
         return self._ns
 
     def min_pass_ns(self) -> int:
+        return self._ns
+
+    def uniform_decode_ns(self) -> int:
         return self._ns
 
     def decode_steps_ns(self, num_decodes: int, context: int, count: int) -> np.ndarray:
