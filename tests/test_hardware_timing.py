@@ -171,6 +171,26 @@ def test_collectives_follow_the_nvlink_domain():
     assert model._all_to_all_seconds(1.5e8, 8) == pytest.approx(1.5e8 / 4.5e11)
 
 
+def test_expert_parallelism_pays_all_to_all_only_with_attention_dp():
+    # DeepSeek-V3 (61 layers, 58 MoE, hidden 7168, k = 8) on H200 (NVLink 450 GB/s one way),
+    # comm efficiency 1, no latency; 64 tokens in the pass.
+    gpu = resolve_gpu("h200-sxm")
+    a = arch("deepseek-v3")
+
+    def comm(**parallel):
+        return RooflineTimingModel(Deployment(a, gpu, "fp8", "fp8", **parallel), BARE)._comm_seconds
+
+    # TP 8 attention with EP 8: every rank holds all 64 tokens and runs its experts on them; the
+    # combine is the MLP all-reduce, so the collectives are TP's alone, EP or not:
+    # 2 · 61 · 2·7/8 · (64 · 7168 · 2 B) / 4.5e11 B/s.
+    tp_all_reduces = 2 * 61 * 2 * 7 / 8 * 64 * 7168 * 2 / 4.5e11
+    assert comm(tp=8, ep=8)(64) == pytest.approx(tp_all_reduces)
+    assert comm(tp=8, ep=8)(64) == comm(tp=8)(64)
+    # Attention-DP 8 (TP 1), EP 8: each rank holds 8 of the tokens and sends their k = 8 copies,
+    # 7/8 of them to other ranks, both ways, per MoE layer: 58 · 2 · (7/8 · 8 · 8 · 7168 · 2 B) / 4.5e11.
+    assert comm(tp=1, attention_dp=8, ep=8)(64 / 8) == pytest.approx(58 * 2 * 7 / 8 * 8 * 8 * 7168 * 2 / 4.5e11)
+
+
 def test_tp_inside_a_domain_uses_nvlink_even_when_the_worker_spans_more():
     # TP 4 × attention-DP 4 = 16 GPUs: the all-reduces span 4 GPUs of one domain (NVLink),
     # not the 16 of the worker, so the pass is as fast as TP 4 alone (the dense work per GPU

@@ -9,8 +9,9 @@ Per pass, on the critical GPU of a worker (tp × attention_dp GPUs, work balance
 - attention: each prefill chunk's FLOPs over its prefix (causal, so the chunk attends to
   half of itself on average) against the prefix's KV bytes; decoding requests read their
   whole KV cache (sliding-window layers at most the window; MLA its latent);
-- LM head for every scheduled request; TP all-reduces (two per layer) and EP all-to-all
-  (dispatch and combine per MoE layer), each with a fixed latency. A collective whose
+- LM head for every scheduled request; TP all-reduces (two per layer; with TP attention
+  the second is also the MoE combine of expert parallelism) and, with attention-DP, EP
+  all-to-all (dispatch and combine per MoE layer), each with a fixed latency. A collective whose
   ranks fit in one NVLink domain runs over NVLink. A wider all-reduce is hierarchical:
   NVLink inside each domain, then each GPU's 1/g share across domains over its own NIC.
   A wider all-to-all sends the share of its peers outside the domain over the NIC and the
@@ -175,15 +176,24 @@ class RooflineTimingModel(TimingModel):
             moe_eff = self._gemm_efficiency(per_expert_rows)
             moe = max(self._expert_flops_per_token * tokens / (self._peak_expert * moe_eff),
                       self._moe_layers * touched * self._expert_bytes / self._hbm)
+        comm = self._comm_seconds(rows)
+        return self._overhead + self._per_request * requests + dense + head + moe + comm
+
+    def _comm_seconds(self, rows: float) -> float:
+        """Collectives of a pass whose critical GPU holds `rows` tokens."""
         comm = 0.0
         dep = self.deployment
         if dep.tp > 1:
             comm += 2 * self._layers * (self._all_reduce_seconds(rows * self._hidden_bytes, dep.tp) + self._latency)
-        if dep.ep > 1 and self._moe_layers:
-            # Each direction sends the tokens' k expert copies to the other ranks.
+        if dep.ep > 1 and self._moe_layers and self._dp > 1:
+            # Attention-DP ranks hold different tokens: each direction sends the tokens' k
+            # expert copies to the other ranks. With TP attention every rank already holds
+            # every token; it runs its own experts on them and the combine is the MLP's
+            # all-reduce counted above (vLLM 0.32 `FusedMoEParallelConfig.use_all2all_kernels`
+            # is false without DP).
             sent = (dep.ep - 1) / dep.ep * rows * self._k * self._hidden_bytes
             comm += self._moe_layers * (2 * self._all_to_all_seconds(sent, dep.ep) + 2 * self._latency)
-        return self._overhead + self._per_request * requests + dense + head + moe + comm
+        return comm
 
     def _all_reduce_seconds(self, size: float, ranks: int) -> float:
         """A ring all-reduce of `size` bytes per GPU; hierarchical beyond one NVLink domain."""
