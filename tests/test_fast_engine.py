@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -233,3 +234,38 @@ def test_kv_peak_of_a_run_with_a_transfer_reserved_in_its_last_step(tmp_path):
         # of 16 usable. An estimate made at the run's end added request 1's 3 to the 13: 16.
         if not async_scheduling:
             assert fast.summary["workers"][2]["kv_utilization_max"] == 13 / 16
+
+
+def test_joiners_ride_a_run_from_its_first_step(tmp_path, monkeypatch):
+    """A request whose first decode comes right after its prefill pass joins the group and rides
+    the fast-forwarded run that starts there, instead of costing a pass record of its own."""
+    from servesim.metrics.collector import Collector
+
+    records = []
+    on_pass = Collector.on_pass
+
+    def recording_on_pass(self, worker, done):
+        records.append((done.start_ns // 1_000_000, done.end_ns // 1_000_000))
+        on_pass(self, worker, done)
+
+    monkeypatch.setattr(Collector, "on_pass", recording_on_pass)
+    rows = [{"timestamp": 0.0, "input_length": 4, "output_length": 6},
+            {"timestamp": 25.0, "input_length": 4, "output_length": 4}]
+    sched = {"async_scheduling": False, "enable_prefix_caching": False, "block_size": 4, "num_gpu_blocks": 64,
+             "max_num_seqs": 8, "max_num_batched_tokens": 64, "max_model_len": 64}
+    config = _config(write_trace(tmp_path / "t.jsonl", rows), sched, {"mode": "open_loop"}, 4,
+                     {"kind": "fixed", "pass_ms": 10.0})
+    fast = servesim.simulate(config)
+    # Fixed 10 ms passes. [0,10): R0's prefill, its 1st token. R0 joins at [10,20) with its
+    # token at 10 = the pass start, so it rides a run; R1 arrives at 25, read at the end of
+    # [20,30): the run is [10,30), one record. [30,40): R1's prefill (R0 decodes). R1 joins at
+    # [40,50) and rides the run to R0's last (6th) token at 60: [40,60). [60,70): R1's 4th
+    # token alone. Five records, where one per join pass would make seven.
+    assert records == [(0, 10), (10, 30), (30, 40), (40, 60), (60, 70)]
+    by_id = {r.request_id: r for r in fast.requests}
+    assert [by_id[i].finish_ns // 1_000_000 for i in range(2)] == [60, 70]
+    assert [by_id[i].ttft_ns // 1_000_000 for i in range(2)] == [10, 15]
+    # Every gap is one pass: R0's 5 and R1's 3, all 10 ms.
+    assert fast.summary["mean_itl_ms"] == pytest.approx(10.0)
+    records.clear()
+    assert_same(config)
