@@ -42,3 +42,19 @@ def test_chunks_write_the_same_rows_as_the_records(run):
             # Written with 6 decimals of ms: rounded to the nanosecond.
             assert abs(float(row["tpot_ms"]) * 1e6 - record.tpot_ns) <= 0.5 + 1e-6
         assert int(row["preemptions"]) == record.preemptions and row["status"] == record.status
+
+
+def test_histogram_add_many_counts_like_one_add_per_value():
+    from servesim.metrics.histogram import LogHistogram
+
+    # Bucket i holds (γ^(i-1), γ^i] with γ = 1.005/0.995 ≈ 1.01005: 99, 100 and 101 fall in
+    # buckets 460, 461 and 462 (ln 100 / ln γ = 460.5), 5,000,000 and 5,000,001 share 1543.
+    # Unsorted values, repeats, zeros and a weight of 3 exercise every branch.
+    values = [0, 101, 100, 100, 250, 0, 101, 99, 5_000_000, 5_000_001]
+    one_by_one, bulk = LogHistogram(), LogHistogram()
+    for value in values:
+        one_by_one.add(value, 3)
+    bulk.add_many(values, 3)
+    assert (bulk.counts, bulk.count, bulk.total, bulk.zeros) == (
+        one_by_one.counts, one_by_one.count, one_by_one.total, one_by_one.zeros)
+    assert bulk.zeros == 6 and bulk.count == 30

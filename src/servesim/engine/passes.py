@@ -48,7 +48,7 @@ class ScheduledPass:
         self.bulk_warmup = 0        # bulk deliveries to warm-up requests (not in the ITL)
         # Fast-forward: this record stands for `group_steps` identical passes back to back.
         self.group_steps = 1
-        self.step_durations = None  # their durations (numpy int64), when group_steps > 1 and they differ
+        self.step_durations = None  # their durations (ns), when group_steps > 1 and they differ
         self.load_ns = 0            # KV offload: copying host-tier prefix hits back to the GPU
         self.kv_peak = 0            # a fast-forwarded run: KV blocks used at the end of its next-to-last pass
 

@@ -23,10 +23,10 @@ arrivals, engine arrivals, scheduler calls (see cluster/simulation.py).
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections import deque
 from collections.abc import Callable
-
-import numpy as np
+from itertools import accumulate
 
 from servesim.engine.passes import ScheduledPass
 from servesim.engine.request import Request
@@ -206,15 +206,17 @@ class Worker:
                     return 0
             self.scheduler.extend(decided, steps, None, uniform)
             return steps * uniform
-        durations = self.timing.decode_steps_ns(decided.group_size, decided.group_context, steps)
+        # Plain ints from here: a run is often a handful of passes, where numpy calls cost more
+        # than the work.
+        durations = self.timing.decode_steps_ns(decided.group_size, decided.group_context, steps).tolist()
+        ends = list(accumulate(durations))   # after `now`
         if upcoming is not None:
-            ends = now + np.cumsum(durations)
-            steps = min(steps, int(np.searchsorted(ends, upcoming, side="left")) + 1)
+            steps = min(steps, bisect_left(ends, upcoming - now) + 1)
             if steps < 2:
                 return 0
-            durations = durations[:steps]
+            del durations[steps:]
         self.scheduler.extend(decided, steps, durations)
-        return int(durations.sum())
+        return ends[steps - 1]
 
     def _start(self, decided: ScheduledPass, now: int) -> None:
         decided.index = self.num_passes
