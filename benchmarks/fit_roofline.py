@@ -1,6 +1,6 @@
 """Fit the roofline model's efficiencies and overheads per GPU and backend.
 
-    python benchmarks/fit_roofline.py [--only h100-sxm/vllm] [--evals 60] [--rows 18]
+    python benchmarks/fit_roofline.py [--only h100-sxm/vllm] [--evals 60] [--rows 18] [--start fitted]
 
 Fits on ../shared/calibration/silicon_calibration.csv only (aggregated rows whose model
 and GPU are catalogued), writing src/servesim/timing/data/roofline_fit.json. For each
@@ -153,9 +153,11 @@ def sample(rows: list[Row], limit: int) -> list[Row]:
     return [usable[int(i * step)] for i in range(limit)]
 
 
-def fit_group(name: str, rows: list[Row], pool: Pool, evals: int) -> tuple[dict, float, float]:
+def fit_group(name: str, rows: list[Row], pool: Pool, evals: int,
+              start: dict | None = None) -> tuple[dict, float, float]:
+    """Fit one group from the default profile, or from `start` (a profile fitted before)."""
     default = RooflineProfile()
-    x0 = np.log([getattr(default, p) for p in PARAMS])
+    x0 = np.log([start[p] if start else getattr(default, p) for p in PARAMS])
     cache: dict[tuple, float] = {}
 
     def objective(x: np.ndarray) -> float:
@@ -180,6 +182,9 @@ def main(argv=None) -> int:
     parser.add_argument("--evals", type=int, default=60)
     parser.add_argument("--rows", type=int, default=18)
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--start", choices=("default", "fitted"), default="default",
+                        help="start each group from the default profile, or from its shipped fit "
+                             "(to carry a fit over a change of the model's physics)")
     args = parser.parse_args(argv)
     rows, _ = load_rows()
     by_group: dict[str, list[Row]] = defaultdict(list)
@@ -194,10 +199,11 @@ def main(argv=None) -> int:
                 continue
             chosen = sample(by_group[name], args.rows)
             t0 = time.perf_counter()
-            params, before, after = fit_group(name, chosen, pool, args.evals)
+            start = profiles.get(name) if args.start == "fitted" else None
+            params, before, after = fit_group(name, chosen, pool, args.evals, start)
             profiles[name] = params
-            report[name] = {"rows": len(chosen), "loss_default": round(before, 4), "loss_fitted": round(after, 4),
-                            "seconds": round(time.perf_counter() - t0)}
+            report[name] = {"rows": len(chosen), "start": args.start, "loss_start": round(before, 4),
+                            "loss_fitted": round(after, 4), "seconds": round(time.perf_counter() - t0)}
             print(f"{name}: {len(chosen)} rows, loss {before:.3f} -> {after:.3f} "
                   f"({time.perf_counter() - t0:.0f} s) {params}", flush=True)
             _write(profiles, report)
