@@ -89,10 +89,10 @@ def simulate(
     # The pass log lists every request of every pass, which the fast engine does not visit.
     use_reference = cfg.engine.reference or pass_log is not None
     sim.roles = build_roles(cfg, run.deployments, sim, sim.on_pass_done, use_reference)
-    collector.register(w for role in sim.roles.values() for w in role.workers)
-    for role in sim.roles.values():
-        for worker in role.workers:
-            worker.scheduler.exclude_warmup(cfg.workload.warmup_requests)
+    workers = [w for role in sim.roles.values() for w in role.workers]
+    collector.register(workers)
+    for worker in workers:
+        worker.scheduler.exclude_warmup(cfg.workload.warmup_requests)
     interner = PrefixInterner()
     if isinstance(requests, list):
         interner.count_requests(requests, cfg.workload.trace_block_size)

@@ -63,7 +63,7 @@ class DecodeGroup:
         offset = request.num_computed - step
         request.group_offset = offset
         self.active += 1
-        if request.request_id < self.warmup_below:
+        if self.is_warm(request):
             self.warm_active += 1
         self.context_base += offset + 1
         self.buckets[offset % self.block_size] += 1
@@ -89,11 +89,15 @@ class DecodeGroup:
         if step - 1 > self.retired_through:
             self.retired_through = step - 1
 
+    def is_warm(self, request: Request) -> bool:
+        """A warm-up request: it loads the engine, but its gaps stay out of the ITL."""
+        return request.request_id < self.warmup_below
+
     def _deactivate(self, member: Request) -> None:
         """Take a member out of the running totals of the members still to be scheduled."""
         offset = member.group_offset
         self.active -= 1
-        if member.request_id < self.warmup_below:
+        if self.is_warm(member):
             self.warm_active -= 1
         self.context_base -= offset + 1
         self.buckets[offset % self.block_size] -= 1

@@ -328,7 +328,7 @@ class FastVllmScheduler(VllmScheduler):
                 victim = group.newest_member(step)
                 if self._detach(victim, in_flight_step, in_flight_pass):
                     in_flight_pass.group_size -= 1
-                    if victim.request_id < group.warmup_below:
+                    if group.is_warm(victim):
                         in_flight_pass.group_warm -= 1
                     in_flight_pass.entries.sort(key=lambda e: e.request.seq)
                 group.remove(victim, step)
@@ -401,7 +401,7 @@ class FastVllmScheduler(VllmScheduler):
                 done.bulk_gap_ns = done.end_ns - group.done_end_ns
                 warm = done.group_warm
                 if warm:
-                    warm -= sum(1 for r in joiners if r.request_id < group.warmup_below)
+                    warm -= sum(1 for r in joiners if group.is_warm(r))
                 done.bulk_warmup = warm
             self._leave_at(step, done.end_ns, ending)
 

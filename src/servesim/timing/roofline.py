@@ -11,8 +11,8 @@ Per pass, on the critical GPU of a worker (tp × attention_dp GPUs, work balance
   whole KV cache (sliding-window layers at most the window; MLA its latent);
 - LM head for every scheduled request; TP all-reduces (two per layer; with TP attention
   the second is also the MoE combine of expert parallelism) and, with attention-DP, EP
-  all-to-all (dispatch and combine per MoE layer), each with a fixed latency. A collective whose
-  ranks fit in one NVLink domain runs over NVLink. A wider all-reduce is hierarchical:
+  all-to-all (dispatch and combine per MoE layer), each with a fixed latency. A
+  collective whose ranks fit in one NVLink domain runs over NVLink. A wider all-reduce is hierarchical:
   NVLink inside each domain, then each GPU's 1/g share across domains over its own NIC.
   A wider all-to-all sends the share of its peers outside the domain over the NIC and the
   rest over NVLink, at the same time;
@@ -141,7 +141,8 @@ class RooflineTimingModel(TimingModel):
         self._sliding_layers = arch.sliding_layers
         self._window = arch.sliding_window
         self._kv_bytes_layer = dep.kv_elements_per_token_layer_per_gpu() * dep.kv_bytes
-        # Communication: two all-reduces per layer under TP, all-to-all dispatch and combine per MoE layer.
+        # Communication (_comm_seconds): two all-reduces per layer under TP; with attention-DP, an
+        # all-to-all dispatch and combine per MoE layer.
         self._layers = arch.layers
         self._nvlink = gpu.nvlink_gb_s / 2 * 1e9 * p.comm_efficiency   # one direction
         self._nic = gpu.network_gb_s * 1e9 * p.comm_efficiency
