@@ -151,13 +151,50 @@ class KvCache:
         return True
 
     def allocate(self, request: Request, num_new_tokens: int, lookahead: int = 0) -> bool:
-        slots = min(request.num_computed + num_new_tokens + lookahead, self.max_model_len)
-        need = ceil_div(slots, self.block_size) - len(request.blocks)
+        computed = request.num_computed + num_new_tokens
+        block_size = self.block_size
+        slots = min(computed + lookahead, self.max_model_len)
+        need = -(-slots // block_size) - len(request.blocks)
         if need > 0:
             if need > self.num_free:
                 return False
             self.take(need, request.blocks)
-        self.cache_full_blocks(request, min(request.num_computed + num_new_tokens, request.num_tokens))
+        # Per-request backends call this for every decode token: skip the call when no block fills.
+        if self.enable_caching:
+            filled = min(computed, request.prompt_len + request.num_output)
+            if filled // block_size > request.num_cached_blocks:
+                self.cache_full_blocks(request, filled)
+        return True
+
+    def allocate_each(self, requests: list[Request], tokens: list[int]) -> bool:
+        """`allocate(request, count)` for each pair in order, if every one of them fits; else nothing, False.
+
+        One `take` serves them all. Which request gets which of the blocks differs from one
+        `take` each, but blocks leave the free queue without keys, so that is unobservable.
+        """
+        block_size = self.block_size
+        max_len = self.max_model_len
+        needs = [-(-min(request.num_computed + count, max_len) // block_size) - len(request.blocks)
+                 for request, count in zip(requests, tokens)]
+        total = sum(need for need in needs if need > 0)
+        if total > self.num_free:
+            return False
+        pool: list[int] = []
+        self.take(total, pool)
+        pos = 0
+        caching = self.enable_caching
+        for request, count, need in zip(requests, tokens, needs):
+            if need > 0:
+                request.blocks.extend(pool[pos:pos + need])
+                pos += need
+            if caching:
+                filled = min(request.num_computed + count, request.prompt_len + request.num_output)
+                full = filled // block_size
+                if full > request.num_cached_blocks:
+                    if request.num_cached_blocks < request.keys.shared_blocks:
+                        self.cache_full_blocks(request, filled)
+                    else:   # past the shareable prefix no key is given now: a count moves
+                        request.num_cached_blocks = full
         return True
 
     def take(self, count: int, into: list[int]) -> None:

@@ -164,6 +164,16 @@ class ReferenceKvCache:
         self.cache_full_blocks(request, min(request.num_computed + num_new_tokens, request.num_tokens))
         return True
 
+    def allocate_each(self, requests: list[Request], tokens: list[int]) -> bool:
+        """`allocate(request, count)` for each pair in order, if every one of them fits; else nothing, False."""
+        total = sum(max(ceil_div(min(r.num_computed + count, self.max_model_len), self.block_size) - len(r.blocks), 0)
+                    for r, count in zip(requests, tokens))
+        if total > self.num_free:
+            return False
+        for request, count in zip(requests, tokens):
+            self.allocate(request, count)
+        return True
+
     def _grow(self, request: Request, count: int) -> None:
         self.take(count, request.blocks)
 

@@ -74,10 +74,12 @@ class SglangScheduler(SchedulerCore):
         return out
 
     def _decoding(self) -> list[Request]:
-        """Running requests that take a decode token this pass."""
+        """Running requests that take a decode token this pass (not those whose last token is
+        already in flight: `_last_token_in_flight`, written out as this runs every pass)."""
         if not self.async_scheduling:
             return list(self.running)
-        return [r for r in self.running if not (r.placeholders > 0 and self._last_token_in_flight(r))]
+        return [r for r in self.running
+                if not (r.placeholders > 0 and r.num_computed + 2 - r.placeholders >= r.prompt_len + r.max_tokens)]
 
     def _reserved_decode_tokens(self) -> float:
         return sum(min(max(r.max_tokens - r.num_output, 0), CLIP_MAX_NEW_TOKENS) for r in self.running) \
@@ -181,45 +183,54 @@ class SglangScheduler(SchedulerCore):
         if new_chunked is not None:
             self.running.remove(new_chunked)
             self.chunked = new_chunked
-        self._add_decodes(out, decoders)
+        self._add_decodes(out, decoders, self._decode_tokens(decoders))
         return out
 
-    def _decode_tokens(self, request: Request) -> int:
-        """The newest token, plus drafts under speculative decoding."""
-        return 1 + self._drafts(request, 1)
+    def _decode_tokens(self, decoders: list[Request]) -> list[int]:
+        """Each request's newest token, plus drafts under speculative decoding."""
+        if self.speculation is None:
+            return [1] * len(decoders)
+        return [1 + self._drafts(request, 1) for request in decoders]
 
-    def _add_decodes(self, out: ScheduledPass, decoders: list[Request]) -> None:
-        for request in decoders:
-            tokens = self._decode_tokens(request)
-            if self.kv.allocate(request, tokens):
-                out.entries.append(PassEntry(request, tokens, request.num_computed, "running"))
+    def _add_decodes(self, out: ScheduledPass, decoders: list[Request], tokens: list[int]) -> None:
+        kv = self.kv
+        entries = out.entries
+        if kv.allocate_each(decoders, tokens):
+            entries.extend([PassEntry(request, count, request.num_computed, "running")
+                            for request, count in zip(decoders, tokens)])
+            return
+        for request, count in zip(decoders, tokens):   # some do not fit: those are skipped
+            if kv.allocate(request, count):
+                entries.append(PassEntry(request, count, request.num_computed, "running"))
 
     def _decode_pass(self) -> ScheduledPass:
         kv = self.kv
         out = ScheduledPass()
         decoders = self._decoding()
-        need = self._blocks_needed(decoders)
+        tokens = self._decode_tokens(decoders)
+        needs = self._blocks_needed(decoders, tokens)
+        need = sum(needs)
         retracted = False
         while need > kv.num_free and len(decoders) > 1:
             victim = min(decoders, key=lambda r: (r.num_output, -r.prompt_len, -r.seq))
-            decoders.remove(victim)
+            index = decoders.index(victim)
+            del decoders[index], tokens[index]
+            need -= needs.pop(index)   # the others' needs do not depend on it
             self._retract(victim)
             out.preempted.append(victim)
             retracted = True
-            need = self._blocks_needed(decoders)
         if retracted:
             remaining = self.running
             self.new_token_ratio = min(1.0, (sum(r.num_output for r in remaining) + RETRACT_DECODE_STEPS
                                              * len(remaining)) / (sum(r.max_tokens for r in remaining) + 1))
         elif decoders:
             self.new_token_ratio = max(self.new_token_ratio - self.decay, self.min_ratio)
-        self._add_decodes(out, decoders)
+        self._add_decodes(out, decoders, tokens)
         return out
 
-    def _blocks_needed(self, decoders: list[Request]) -> int:
+    def _blocks_needed(self, decoders: list[Request], tokens: list[int]) -> list[int]:
         block = self.kv.block_size
-        return sum(max(ceil_div(r.num_computed + self._decode_tokens(r), block) - len(r.blocks), 0)
-                   for r in decoders)
+        return [max(-(-(r.num_computed + count) // block) - len(r.blocks), 0) for r, count in zip(decoders, tokens)]
 
     def _retract(self, request: Request) -> None:
         """Free the request's KV but keep its prompt cached; it goes to the back of the queue."""

@@ -67,6 +67,15 @@ class TrtllmScheduler(SchedulerCore):
             contexts = [r for r in contexts if r.status == Status.RUNNING]
 
         scheduled = 0
+        wanted = [1 + self._drafts(request, 1) for request in generating] if self.speculation else [1] * len(generating)
+        if (generating and len(generating) <= self.max_batch_size and sum(wanted) <= budget
+                and kv.allocate_each(generating, wanted)):
+            # The usual pass: every generation request fits the budget, the batch and the free blocks.
+            out.entries.extend([PassEntry(request, tokens, request.num_computed, "running")
+                                for request, tokens in zip(generating, wanted)])
+            budget -= sum(wanted)
+            scheduled = len(generating)
+            generating = []
         for request in generating:
             if budget <= 0 or scheduled >= self.max_batch_size:
                 break
@@ -87,13 +96,16 @@ class TrtllmScheduler(SchedulerCore):
             scheduled += 1
 
         # New requests, in arrival order (paused ones first: they were running).
-        reserved = self._reserved_blocks() if self.policy == "GUARANTEED_NO_EVICT" else 0
+        guaranteed = self.policy == "GUARANTEED_NO_EVICT"
+        reserved = None if guaranteed else 0   # summed over the running requests only when needed
         while self.waiting and budget > 0 and len(self.running) < self.max_batch_size:
             request = self.waiting[0]
             if request.stale:
                 break
             need_blocks = self._need_blocks(request)
-            if self.policy == "GUARANTEED_NO_EVICT" and need_blocks > kv.num_free - reserved:
+            if reserved is None:
+                reserved = self._reserved_blocks()
+            if guaranteed and need_blocks > kv.num_free - reserved:
                 break
             hits = kv.lookup(request)
             hit_tokens = len(hits) * block

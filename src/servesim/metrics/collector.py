@@ -30,12 +30,18 @@ class Collector:
         end = done.end_ns
         itl = self.itl
         warmup = self.warmup
+        # Most requests delivered by a pass got their previous token from the same pass: count
+        # the gaps first and add each distinct one once.
+        gaps: dict[int, int] = {}
         for request in done.delivered:
             if request.first_token_ns is None:
                 request.first_token_ns = end
             elif request.request_id >= warmup:
-                itl.add(end - request.last_token_ns)
+                gap = end - request.last_token_ns
+                gaps[gap] = gaps.get(gap, 0) + 1
             request.last_token_ns = end
+        for gap, count in gaps.items():
+            itl.add(gap, count)
         measured = done.bulk_deliveries - done.bulk_warmup
         if measured:
             if done.step_durations is None:   # one pass, or a run of equal passes
