@@ -139,7 +139,7 @@ class SchedulerCore:
         speculative = self.speculation is not None
         for entry in out.entries:
             request = entry.request
-            known = request.num_tokens + request.placeholders
+            known = request.prompt_len + request.num_output + request.placeholders
             request.num_computed += entry.tokens
             request.in_flight += entry.tokens
             tokens += entry.tokens
@@ -165,6 +165,8 @@ class SchedulerCore:
         finished = done.finished
         delivered = done.delivered
         stopped_running: set[int] = set()
+        block_size = self.kv.block_size
+        max_model_len = self.max_model_len
         for entry in done.entries:
             request = entry.request
             request.in_flight -= entry.tokens
@@ -194,9 +196,12 @@ class SchedulerCore:
                 if not stale:
                     request.placeholders -= produced
                 if was_running:
-                    # Async scheduling caches a block once its last token is known.
-                    self.kv.cache_full_blocks(request, request.num_computed - request.placeholders)
-            if request.num_output >= request.max_tokens or request.num_tokens >= self.max_model_len:
+                    # Async scheduling caches a block once its last token is known (the call
+                    # is skipped, as it would return at once, while no block is newly full).
+                    known = request.num_computed - request.placeholders
+                    if known // block_size > request.num_cached_blocks:
+                        self.kv.cache_full_blocks(request, known)
+            if request.num_output >= request.max_tokens or request.prompt_len + request.num_output >= max_model_len:
                 request.status = Status.FINISHED
                 if not request.hold_kv:
                     self.kv.free(request)
