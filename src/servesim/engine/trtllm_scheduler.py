@@ -129,6 +129,7 @@ class TrtllmScheduler(SchedulerCore):
         return budget // block * block
 
     def _need_blocks(self, request: Request) -> int:
+        """Blocks of the request's whole sequence."""
         # Drafts verified with the last tokens take slots past the sequence's end.
         drafts = self.speculation.num_draft_tokens if self.speculation is not None else 0
         return ceil_div(min(request.prompt_len + request.max_tokens + drafts, self.max_model_len),
@@ -137,8 +138,16 @@ class TrtllmScheduler(SchedulerCore):
     def _reserved_blocks(self) -> int:
         """Blocks admitted requests (running, received, or with their KV on the way) will still
         need to complete: GUARANTEED_NO_EVICT's promise."""
-        return sum(max(self._need_blocks(r) - len(r.blocks), 0)
-                   for r in (*self.running, *self.transferred, *self.incoming.values()))
+        # `_need_blocks` written out: this runs over the whole batch on most passes.
+        drafts = self.speculation.num_draft_tokens if self.speculation is not None else 0
+        limit = self.max_model_len
+        size = self.kv.block_size
+        total = 0
+        for r in (*self.running, *self.transferred, *self.incoming.values()):
+            need = -(-min(r.prompt_len + r.max_tokens + drafts, limit) // size) - len(r.blocks)
+            if need > 0:
+                total += need
+        return total
 
     def admits_transfer(self, request: Request) -> bool:
         # The generation server's capacity scheduler admits a received request like any other:
