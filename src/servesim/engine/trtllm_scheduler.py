@@ -67,7 +67,8 @@ class TrtllmScheduler(SchedulerCore):
             contexts = [r for r in contexts if r.status == Status.RUNNING]
 
         scheduled = 0
-        wanted = [1 + self._drafts(request, 1) for request in generating] if self.speculation else [1] * len(generating)
+        wanted = ([1 + self._drafts(request, 1) for request in generating] if self.speculation is not None
+                  else [1] * len(generating))
         if (generating and len(generating) <= self.max_batch_size and sum(wanted) <= budget
                 and kv.allocate_each(generating, wanted)):
             # The usual pass: every generation request fits the budget, the batch and the free blocks.
