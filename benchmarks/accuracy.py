@@ -12,8 +12,9 @@ about a third of the cost, within a few percent of the full replay.
 
 `--max-row-seconds S` leaves out rows whose replay would take longer than S seconds of
 simulator time on this machine, estimated before running from the decode work they hold
-(requests × output tokens: SGLang and TensorRT-LLM are scheduled per request, about
-20 µs a token here; vLLM's steady passes are aggregates), and stops any row that still runs
+(requests × output tokens: SGLang and TensorRT-LLM are scheduled per request, estimated at
+10 µs a token here, about 3× what row 2a of the speed suite measures on them since their
+decode passes allocate in one step; vLLM's steady passes are aggregates), and stops any row that still runs
 past 3 × S. The longest rows (4,096 users × 8,192 output tokens on TensorRT-LLM) take many
 minutes each; the report says how many rows were left out, by backend and mode. The estimate
 is deliberately high (rows kept at S = 20 took about a third of their estimate).
@@ -41,7 +42,7 @@ from servesim.errors import ServesimError  # noqa: E402
 DENSE = ("llama-3.1-8b", "llama-3.1-70b", "qwen3-32b")
 
 
-PER_TOKEN_S = {"vllm": 0.5e-6, "sglang": 20e-6, "trtllm": 20e-6}
+PER_TOKEN_S = {"vllm": 0.5e-6, "sglang": 10e-6, "trtllm": 10e-6}
 
 
 def estimated_seconds(row, requests_per_user: int) -> float:
