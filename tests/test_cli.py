@@ -176,3 +176,15 @@ def test_speculative_reports_acceptance_length(tmp_path, small):
     summary = json.loads((out / "summary.json").read_text())
     # Expected 1 + 0.7 + 0.49 = 2.19 tokens per verification; a small run samples it loosely.
     assert 1.5 < summary["mean_acceptance_length"] < 2.9
+
+
+def test_every_benchmark_row_is_a_valid_config():
+    from servesim.bench import config_for, workloads
+    from servesim.config import load_config
+
+    rows = workloads()
+    assert {"2s", "2t"} <= {w.key for w in rows}
+    for workload in rows:
+        for timing in ("fixed", "roofline"):
+            config = load_config(config_for(workload, timing)).config
+            assert config.engine.backend == workload.backend

@@ -3,7 +3,9 @@
 Every row runs the whole `servesim run` process (start-up included) on one
 deployment: Llama-3.1-8B on H100-SXM workers, vLLM, max_num_seqs 1024,
 num_gpu_blocks 60000, with fixed 10 ms passes (or the roofline model): one worker,
-except rows 5r (16 replicas, kv_aware router) and 5d (4 prefill + 4 decode workers). Wall time is the median of
+except rows 5r (16 replicas, kv_aware router) and 5d (4 prefill + 4 decode workers). Rows 2s
+and 2t run a shorter row 2a on SGLang and TensorRT-LLM (same batch limit, their default KV
+pools), whose schedulers visit every running request on every pass. Wall time is the median of
 `repeat` runs; peak RSS is the largest of them.
 """
 
@@ -32,6 +34,7 @@ class Workload:
     needs: Path | None = None   # a trace file this row needs
     workers: dict | None = None  # engine.workers, when not the single aggregated worker
     router: dict | None = None
+    backend: str = "vllm"
 
 
 _SCHEDULER = {"max_num_seqs": 1024, "num_gpu_blocks": 60000}
@@ -50,6 +53,10 @@ def workloads(traces: Path = SHARED_TRACES) -> list[Workload]:
         Workload("1b", "closed loop c64, 1024/1024, 8,000 requests", _closed(8000, 64, 1024, 1024)),
         Workload("2a", "closed loop c256, 1024/1024, 8,000 requests", _closed(8000, 256, 1024, 1024)),
         Workload("2b", "closed loop c256, 1024/1024, 32,000 requests", _closed(32000, 256, 1024, 1024)),
+        Workload("2s", "closed loop c256, 1024/1024, 2,000 requests, SGLang", _closed(2000, 256, 1024, 1024),
+                 workers={"aggregated": {"scheduler": {"max_running_requests": 1024}}}, backend="sglang"),
+        Workload("2t", "closed loop c256, 1024/1024, 2,000 requests, TensorRT-LLM", _closed(2000, 256, 1024, 1024),
+                 workers={"aggregated": {"scheduler": {"max_batch_size": 1024}}}, backend="trtllm"),
         Workload("3", "closed loop c64, 8192/1024, 2,000 requests", _closed(2000, 64, 8192, 1024)),
         Workload("4", "Poisson overload (60 req/s, ~2.6x capacity), 1024/1024, 8,000 requests",
                  {"synthetic": {"num_requests": 8000, "input_length": 1024, "output_length": 1024},
@@ -76,7 +83,7 @@ def config_for(workload: Workload, timing: str) -> dict:
         "model": "llama-3.1-8b",
         "gpu": "h100-sxm",
         "engine": {
-            "backend": "vllm",
+            "backend": workload.backend,
             "timing": timing_cfg,
             "workers": workload.workers or {"aggregated": {"scheduler": dict(_SCHEDULER)}},
         },
@@ -93,6 +100,8 @@ def aisimulate_config(workload: Workload) -> dict | None:
     """
     spec = workload.workload
     synthetic = spec.get("synthetic")
+    if workload.backend != "vllm":
+        return None   # compared on vLLM only
     if workload.key == "5":
         source = {"type": "trace", "format": "mooncake", "paths": [spec["trace"]], "block_size": 512}
         load = {"type": "trace_timestamps", "speedup": 1.0}
