@@ -193,7 +193,10 @@ class KvCache:
                 if full > request.num_cached_blocks:
                     if request.num_cached_blocks < request.keys.shared_blocks:
                         self.cache_full_blocks(request, filled)
-                    else:   # past the shareable prefix no key is given now: a count moves
+                    else:
+                        # What `cache_full_blocks` does past the shareable prefix (no key is given
+                        # now), without the call: with one-token pages every decode fills a block,
+                        # and the call was 8% of an SGLang run (row 2s).
                         request.num_cached_blocks = full
         return True
 

@@ -128,6 +128,12 @@ class SchedulerCore:
             return max(0, min(self.speculation.num_draft_tokens, room))
         return 0
 
+    def _decode_tokens(self, decoders: list[Request]) -> list[int]:
+        """Tokens each decoding request computes this pass: its newest, plus drafts under speculative decoding."""
+        if self.speculation is None:
+            return [1] * len(decoders)
+        return [1 + self._drafts(request, 1) for request in decoders]
+
     def schedule(self) -> ScheduledPass:
         raise NotImplementedError
 

@@ -74,12 +74,10 @@ class SglangScheduler(SchedulerCore):
         return out
 
     def _decoding(self) -> list[Request]:
-        """Running requests that take a decode token this pass (not those whose last token is
-        already in flight: `_last_token_in_flight`, written out as this runs every pass)."""
+        """Running requests that take a decode token this pass."""
         if not self.async_scheduling:
             return list(self.running)
-        return [r for r in self.running
-                if not (r.placeholders > 0 and r.num_computed + 2 - r.placeholders >= r.prompt_len + r.max_tokens)]
+        return [r for r in self.running if not (r.placeholders > 0 and self._last_token_in_flight(r))]
 
     def _reserved_decode_tokens(self) -> float:
         return sum(min(max(r.max_tokens - r.num_output, 0), CLIP_MAX_NEW_TOKENS) for r in self.running) \
@@ -185,12 +183,6 @@ class SglangScheduler(SchedulerCore):
             self.chunked = new_chunked
         self._add_decodes(out, decoders, self._decode_tokens(decoders))
         return out
-
-    def _decode_tokens(self, decoders: list[Request]) -> list[int]:
-        """Each request's newest token, plus drafts under speculative decoding."""
-        if self.speculation is None:
-            return [1] * len(decoders)
-        return [1 + self._drafts(request, 1) for request in decoders]
 
     def _add_decodes(self, out: ScheduledPass, decoders: list[Request], tokens: list[int]) -> None:
         kv = self.kv

@@ -67,8 +67,7 @@ class TrtllmScheduler(SchedulerCore):
             contexts = [r for r in contexts if r.status == Status.RUNNING]
 
         scheduled = 0
-        wanted = ([1 + self._drafts(request, 1) for request in generating] if self.speculation is not None
-                  else [1] * len(generating))
+        wanted = self._decode_tokens(generating)
         if (generating and len(generating) <= self.max_batch_size and sum(wanted) <= budget
                 and kv.allocate_each(generating, wanted)):
             # The usual pass: every generation request fits the budget, the batch and the free blocks.
@@ -77,10 +76,10 @@ class TrtllmScheduler(SchedulerCore):
             budget -= sum(wanted)
             scheduled = len(generating)
             generating = []
-        for request in generating:
+        for request, want in zip(generating, wanted):
             if budget <= 0 or scheduled >= self.max_batch_size:
                 break
-            tokens = min(1 + self._drafts(request, 1), budget)
+            tokens = min(want, budget)
             if not kv.allocate(request, tokens):
                 break
             out.entries.append(PassEntry(request, tokens, request.num_computed, "running"))
