@@ -110,7 +110,9 @@ class Disaggregation:
             hit_tokens = len(hits) * kv.block_size
             if not decode_worker.scheduler.admits_transfer(request) or not kv.admit(
                     request, hits, request.prompt_len - hit_tokens, has_running=False, cache=False):
-                return   # back-pressure: the prefill worker keeps holding its blocks
+                # Back-pressure: the prefill worker keeps holding its blocks.
+                decode_worker.scheduler.transfers_waiting = True
+                return
             queue.popleft()
             decode_worker.scheduler.expect_transfer(request)
             request.transfer_bytes = round((request.prompt_len - hit_tokens) * self.kv_bytes_per_token)
@@ -119,6 +121,7 @@ class Disaggregation:
             heapq.heappush(self._transfers_due, done)
             self.sim.push(done, TRANSFER_DONE, self._on_transfer_done,
                           (request, prefill, prefill_worker, decode_worker))
+        decode_worker.scheduler.transfers_waiting = False
 
     def next_transfer_done(self) -> int | None:
         return self._transfers_due[0] if self._transfers_due else None

@@ -16,8 +16,8 @@ from servesim.engine.kv_cache import KvCache
 from servesim.engine.host_tier import HostTier
 from servesim.engine.reference_kv_cache import ReferenceKvCache
 from servesim.engine.speculative import Speculation
-from servesim.engine.sglang_scheduler import SglangScheduler
-from servesim.engine.trtllm_scheduler import TrtllmScheduler
+from servesim.engine.sglang_scheduler import FastSglangScheduler, SglangScheduler
+from servesim.engine.trtllm_scheduler import FastTrtllmScheduler, TrtllmScheduler
 from servesim.engine.request import Request
 from servesim.engine.vllm_scheduler import VllmScheduler
 from servesim.engine.worker import Worker
@@ -98,7 +98,7 @@ def _policy(sched, kv, use_reference: bool):
             async_scheduling=sched.async_scheduling,
         )
     if isinstance(sched, SglangSchedulerConfig):
-        return SglangScheduler(
+        return (SglangScheduler if use_reference else FastSglangScheduler)(
             kv,
             max_running_requests=sched.max_running_requests,
             chunked_prefill_size=None if sched.chunked_prefill_size < 0 else sched.chunked_prefill_size,
@@ -112,7 +112,7 @@ def _policy(sched, kv, use_reference: bool):
             max_model_len=sched.context_length,
             overlap=sched.overlap,
         )
-    return TrtllmScheduler(
+    return (TrtllmScheduler if use_reference else FastTrtllmScheduler)(
         kv,
         max_batch_size=sched.max_batch_size,
         max_num_tokens=sched.max_num_tokens,

@@ -156,6 +156,14 @@ class FastVllmScheduler(VllmScheduler):
 
     # ------------------------------------------------------------------ fast-forward
 
+    def may_run(self, decided: ScheduledPass) -> bool:
+        """Could `decided` start a run (a pure group step)? quiet_steps says how long."""
+        return bool(decided.group_size) and not decided.entries
+
+    def run_shape(self, decided: ScheduledPass) -> tuple[int, int]:
+        """(decoding requests, their total context) in a run's first pass."""
+        return decided.group_size, decided.group_context
+
     def quiet_steps(self, decided: ScheduledPass, limit: int, now: int) -> int:
         """How many passes, starting with `decided` (starting at `now`), are identical group steps.
 

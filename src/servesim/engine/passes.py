@@ -26,7 +26,7 @@ class ScheduledPass:
     __slots__ = ("entries", "preempted", "num_tokens", "free_blocks", "index", "start_ns", "end_ns",
                  "delivered", "finished", "group_step", "group_size", "group_context",
                  "bulk_deliveries", "bulk_gap_ns", "group_steps", "step_durations", "load_ns", "kv_peak",
-                 "group_warm", "bulk_warmup")
+                 "group_warm", "bulk_warmup", "late_previous_ns")
 
     def __init__(self) -> None:
         self.entries: list[PassEntry] = []
@@ -46,6 +46,9 @@ class ScheduledPass:
         self.bulk_deliveries = 0    # members whose token arrives one pass after their previous one
         self.bulk_gap_ns = 0        # that gap (this pass's end - the previous pass's end; a run's pass)
         self.bulk_warmup = 0        # bulk deliveries to warm-up requests (not in the ITL)
+        # A per-request backend's run (engine/decode_runs.py): when the previous token came, for
+        # each measured request that got it before the run started (its first gap is longer).
+        self.late_previous_ns: list[int] | tuple = ()
         # Fast-forward: this record stands for `group_steps` identical passes back to back.
         self.group_steps = 1
         self.step_durations = None  # their durations (ns), when group_steps > 1 and they differ

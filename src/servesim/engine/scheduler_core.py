@@ -30,6 +30,9 @@ class SchedulerCore:
         self.transferred: deque[Request] = deque()
         self.incoming: dict[int, Request] = {}   # blocks reserved, KV transfer still in flight
         self.admissions = 0     # running order is admission order: each admission gets the next seq
+        # Disaggregated decode worker: handoffs are queued for it that it has no blocks for yet
+        # (set by cluster/disaggregation.py each time it tries to reserve).
+        self.transfers_waiting = False
         self.speculation: Speculation | None = None   # speculative decoding, when configured
 
     # ------------------------------------------------------------------ queues
@@ -171,6 +174,11 @@ class SchedulerCore:
         finished = done.finished
         delivered = done.delivered
         stopped_running: set[int] = set()
+        # A run of decode passes (engine/decode_runs.py): each request gets a token per pass,
+        # counted by the collector as bulk deliveries; with overlap all but the last were
+        # credited when the run started.
+        run = done.group_steps > 1
+        run_tokens = 1 if self.async_scheduling else done.group_steps
         block_size = self.kv.block_size
         max_model_len = self.max_model_len
         for entry in done.entries:
@@ -182,7 +190,7 @@ class SchedulerCore:
             if request.status == Status.FINISHED or not entry.samples:
                 continue
             was_running = request.status == Status.RUNNING
-            produced = 1
+            produced = run_tokens if run else 1
             if entry.drafts:
                 request.spec_steps += 1
                 accepted = self.speculation.accepted(request.request_id, request.spec_steps, entry.drafts)
@@ -197,7 +205,10 @@ class SchedulerCore:
                 produced = min(produced, request.max_tokens - request.num_output,
                                self.max_model_len - request.num_tokens)
             request.num_output += produced
-            delivered.append(request)
+            if run:
+                request.last_token_ns = done.end_ns
+            else:
+                delivered.append(request)
             if self.async_scheduling:
                 if not stale:
                     request.placeholders -= produced

@@ -13,6 +13,7 @@ the waiting queue. docs/modeling/sglang.md has every rule with its upstream func
 
 from __future__ import annotations
 
+from servesim.engine.decode_runs import DecodeRuns
 from servesim.engine.kv_cache import ceil_div
 from servesim.engine.passes import PassEntry, ScheduledPass
 from servesim.engine.request import Request
@@ -266,3 +267,21 @@ class SglangScheduler(SchedulerCore):
         super().update_from_output(done)
         if len(self.running) < before:
             self.batch_is_full = False
+
+
+class FastSglangScheduler(DecodeRuns, SglangScheduler):
+    """SGLang with runs of identical decode passes fast-forwarded (engine/decode_runs.py)."""
+
+    def _admission_quiet(self) -> bool:
+        # A prefill is tried only while something waits and the batch is not marked full, and
+        # that mark stays until a running request leaves (the run's last pass at the earliest).
+        return self.chunked is None and (not self.waiting or self.batch_is_full)
+
+    def _advance_run(self, extra: int) -> None:
+        # One decay per decode pass, in the engine's float arithmetic.
+        ratio, decay, floor = self.new_token_ratio, self.decay, self.min_ratio
+        for _ in range(extra):
+            if ratio == floor:
+                break
+            ratio = max(ratio - decay, floor)
+        self.new_token_ratio = ratio

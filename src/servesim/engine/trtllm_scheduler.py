@@ -19,6 +19,7 @@ Follows the 2025 v1.1-1.2 line of `tensorrt_llm/_torch/pyexecutor/scheduler.py` 
 
 from __future__ import annotations
 
+from servesim.engine.decode_runs import DecodeRuns
 from servesim.engine.kv_cache import ceil_div
 from servesim.engine.passes import PassEntry, ScheduledPass
 from servesim.engine.request import Request, Status
@@ -172,3 +173,18 @@ class TrtllmScheduler(SchedulerCore):
             self.pauses += 1
             if not self.running:
                 break
+
+
+class FastTrtllmScheduler(DecodeRuns, TrtllmScheduler):
+    """TensorRT-LLM with runs of identical decode passes fast-forwarded (engine/decode_runs.py)."""
+
+    def _admission_quiet(self) -> bool:
+        if not self.waiting or len(self.running) >= self.max_batch_size or self.max_num_tokens <= len(self.running):
+            return True   # a full batch stays full; the token budget left after the decodes is the same
+        head = self.waiting[0]
+        if self.policy != "GUARANTEED_NO_EVICT" or head.stale:
+            return False
+        # A decode pass takes blocks that every running request's reserve counted already, so
+        # free blocks less the reserve stay put: a head refused now stays refused. (Asked now,
+        # not when `decided` was committed: with overlap, finishes were processed since.)
+        return self._need_blocks(head) > self.kv.num_free - self._reserved_blocks()

@@ -208,7 +208,7 @@ class Worker:
             return steps * uniform
         # Plain ints from here: a run is often a handful of passes, where numpy calls cost more
         # than the work.
-        durations = self.timing.decode_steps_ns(decided.group_size, decided.group_context, steps).tolist()
+        durations = self.timing.decode_steps_ns(*self.scheduler.run_shape(decided), steps).tolist()
         ends = list(accumulate(durations))   # after `now`
         if upcoming is not None:
             steps = min(steps, bisect_left(ends, upcoming - now) + 1)
@@ -222,7 +222,7 @@ class Worker:
         decided.index = self.num_passes
         # A pass that admits host-tier prefix hits waits for their copy back to the GPU.
         duration = self.timing.duration_ns(PassShape.of(decided)) + decided.load_ns
-        if decided.group_size and not decided.entries and self.fast_forward and not self.intake:
+        if self.fast_forward and not self.intake and self.scheduler.may_run(decided):
             duration = self._fast_forward(decided, now, duration) or duration
         self.num_passes += decided.group_steps
         decided.start_ns = now

@@ -44,10 +44,23 @@ class Collector:
             itl.add(gap, count)
         measured = done.bulk_deliveries - done.bulk_warmup
         if measured:
+            # Each gap is one pass, but the first of a request whose previous token came
+            # before the run started (late): that one runs from its previous token.
+            late = done.late_previous_ns
             if done.step_durations is None:   # one pass, or a run of equal passes
-                itl.add(done.bulk_gap_ns, measured * done.group_steps)
-            else:  # a fast-forwarded run of passes: each gap is one pass
-                itl.add_many(done.step_durations, measured)
+                itl.add(done.bulk_gap_ns, measured * done.group_steps - len(late))
+                first_end = done.start_ns + done.bulk_gap_ns
+            else:  # a fast-forwarded run of passes
+                itl.add_many(done.step_durations, measured - len(late))
+                if late:
+                    itl.add_many(done.step_durations[1:], len(late))
+                first_end = done.start_ns + done.step_durations[0]
+            if late:
+                late_gaps: dict[int, int] = {}
+                for previous in late:
+                    late_gaps[first_end - previous] = late_gaps.get(first_end - previous, 0) + 1
+                for gap, count in late_gaps.items():
+                    itl.add(gap, count)
         for request in done.finished:
             request.finish_ns = end
         steps = done.group_steps

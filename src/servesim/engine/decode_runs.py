@@ -1,0 +1,188 @@
+"""Runs of identical decode passes for the per-request schedulers (SGLang, TensorRT-LLM).
+
+vLLM's fast engine holds decoding requests as aggregates (engine/decode_group.py).
+SGLang and TensorRT-LLM keep their per-request schedulers, whose passes cost
+O(batch); what this module saves is the passes themselves. When a scheduled pass
+only decodes, one token for every running request, and nothing can change until
+the first of them receives its last token, the passes that follow are the same
+pass again: the worker lets one record stand for the whole run (engine/worker.py,
+`_fast_forward`), as it does for vLLM's group. A run costs O(batch) once, not per
+pass.
+
+What "nothing can change" means, pass by pass, in the reference scheduler:
+
+- no admission: nothing waiting, or the waiting head stopped by a rule whose
+  outcome the run's passes cannot change (the backend says which, `_admission_quiet`);
+- no request mid-prompt, no received KV to admit, no handoff waiting for this
+  decode worker's blocks (its admission rules can change as the batch decodes);
+- every running request decodes one token, no drafts: each of its gaps in the run
+  is one pass, but the first when its previous token came before the run started
+  (SGLang's prefill passes do not decode the running requests), which the run
+  records for the collector;
+- enough free blocks for every pass of the run (and, with overlap, for the pass
+  committed behind it), so nothing is retracted or paused. Blocks leave the free
+  queue in the same order whether taken per pass or for the run at once, and the
+  run's blocks are unkeyed, so which request holds which cannot be observed;
+- the run ends with the pass that gives the first request its last token, and
+  before any outside event can reach the worker (the worker's horizon).
+
+Counters then advance in closed form. With overlap the pass after the run is
+committed as the run starts, one pass earlier than the engine would, so the run
+leaves every counter as the engine has it at that commit: outputs of all but the
+run's last pass processed. `tests/test_fast_engine.py` holds these schedulers to
+the reference (the same schedulers without runs) on random workloads.
+"""
+
+from __future__ import annotations
+
+from servesim.engine.passes import ScheduledPass
+
+
+class DecodeRuns:
+    """Mixin over a `SchedulerCore` policy: the worker's fast-forward interface."""
+
+    warmup_below = 0
+    runs = 0   # fast-forwarded runs so far (for tests and profiling)
+    _last_decided: ScheduledPass | None = None   # a run starts only from the pass scheduled last
+
+    def exclude_warmup(self, first_measured: int) -> None:
+        self.warmup_below = first_measured
+
+    def _admission_quiet(self) -> bool:
+        """The backend: no pass of a run could admit anything or change its admission state."""
+        raise NotImplementedError
+
+    def _advance_run(self, extra: int) -> None:
+        """The backend: per-pass state other than the requests' (SGLang's new_token_ratio)."""
+
+    def schedule(self) -> ScheduledPass:
+        out = super().schedule()
+        self._last_decided = out
+        return out
+
+    def may_run(self, decided: ScheduledPass) -> bool:
+        return bool(decided.entries) and decided is self._last_decided
+
+    def _run_blocks(self, entries, steps: int) -> int:
+        """Blocks the entries' requests need for `steps` more tokens each."""
+        size = self.kv.block_size
+        limit = self.max_model_len
+        total = 0
+        for entry in entries:
+            request = entry.request
+            need = -(-min(request.num_computed + steps, limit) // size) - len(request.blocks)
+            if need > 0:
+                total += need
+        return total
+
+    def quiet_steps(self, decided: ScheduledPass, limit: int, now: int) -> int:
+        """How many passes, starting with `decided` (starting at `now`), are the same decode pass."""
+        entries = decided.entries
+        if (decided.preempted or decided.load_ns or len(entries) != len(self.running)
+                or self.transferred or self.transfers_waiting or not self._admission_quiet()):
+            return 0
+        max_len = self.max_model_len
+        cap = limit
+        context = 0
+        for entry in entries:
+            request = entry.request
+            if not entry.is_decode or entry.tokens != 1 or entry.drafts:
+                return 0
+            remaining = min(request.max_tokens, max_len - request.prompt_len) - request.num_output
+            if remaining < cap:
+                cap = remaining
+            context += entry.computed_before + 1
+        if cap < 2:
+            return 0
+        # Blocks for passes 2..k (the first has its own), plus with overlap the pass committed
+        # behind the run (counted for every request): the largest k that fits.
+        free = self.kv.num_free
+        behind = 1 if self.async_scheduling else 0
+        if self._run_blocks(entries, cap - 1 + behind) > free:
+            cap = self._steps_fitting(entries, free, behind, cap)
+            if cap < 2:
+                return 0
+        self._run_context = context
+        self._run_start = now
+        return cap
+
+    def _steps_fitting(self, entries, free: int, behind: int, cap: int) -> int:
+        """The largest k < cap whose passes 2..k (+ `behind`) fit in `free` blocks (1: none)."""
+        # Request r needs ceil((c_r + s) / size) - blocks_r blocks for s more tokens: within one
+        # of (s - slack_r) / size, its free slots being slack_r. So the total over n requests
+        # lies in [(n·s - Σ slack) / size, that + n), and the largest s that fits lies within
+        # `size` of free · size / n + Σ slack / n: search only there.
+        size = self.kv.block_size
+        count = len(entries)
+        slack = sum(len(e.request.blocks) * size - e.request.num_computed for e in entries)
+        high = min(cap - 1, (free * size + slack) // count) + 1 - behind   # k = high + 1 does not fit
+        low = max(1, high - size - 1)
+        while low > 1 and self._run_blocks(entries, low - 1 + behind) > free:
+            low = max(1, low - size)
+        while low < high:
+            middle = (low + high + 1) // 2
+            if self._run_blocks(entries, middle - 1 + behind) <= free:
+                low = middle
+            else:
+                high = middle - 1
+        return low
+
+    def run_shape(self, decided: ScheduledPass) -> tuple[int, int]:
+        """(decoding requests, their total context) in a run's first pass."""
+        return len(decided.entries), self._run_context
+
+    def extend(self, decided: ScheduledPass, steps: int, durations, uniform_ns: int = 0) -> None:
+        """Make `decided` stand for `steps` passes (see quiet_steps), each lasting its entry of
+        `durations`, or `uniform_ns` when `durations` is None."""
+        kv = self.kv
+        size = kv.block_size
+        max_len = self.max_model_len
+        extra = steps - 1
+        overlap = self.async_scheduling
+        caching = kv.enable_caching
+        entries = decided.entries
+        needs = []
+        last_step = 0   # blocks of the run's last pass
+        for entry in entries:
+            request = entry.request
+            held = len(request.blocks)
+            need = -(-min(request.num_computed + extra, max_len) // size) - held
+            needs.append(need)
+            if need > 0:
+                last_step += need - max(-(-min(request.num_computed + extra - 1, max_len) // size) - held, 0)
+        pool: list[int] = []
+        kv.take(sum(need for need in needs if need > 0), pool)
+        position = 0
+        warm = 0
+        start = self._run_start
+        late: list[int] = []
+        for entry, need in zip(entries, needs):
+            request = entry.request
+            if request.request_id < self.warmup_below:
+                warm += 1
+            elif request.last_token_ns != start:
+                late.append(request.last_token_ns)
+            if need > 0:
+                request.blocks.extend(pool[position:position + need])
+                position += need
+            request.num_computed += extra
+            if overlap:
+                # Outputs of every pass but the last are processed before the commit behind the run.
+                request.num_output += extra
+                filled = request.num_computed - request.placeholders
+            else:
+                filled = min(request.num_computed, request.prompt_len + request.num_output + extra)
+            if caching and filled // size > request.num_cached_blocks:
+                kv.cache_full_blocks(request, filled)
+        self._advance_run(extra)
+        # KV usage at the end of the run's next-to-last pass (the reference's highest sample
+        # inside the run): every block taken, less the last pass's unless overlap committed it.
+        decided.kv_peak = kv.num_used - (0 if overlap else last_step)
+        decided.group_steps = steps
+        decided.step_durations = durations
+        decided.bulk_gap_ns = uniform_ns
+        decided.bulk_deliveries = len(entries)
+        decided.bulk_warmup = warm
+        decided.late_previous_ns = late
+        decided.num_tokens = len(entries) * steps
+        self.runs += 1

@@ -1,0 +1,147 @@
+"""Runs of identical decode passes on the per-request schedulers (engine/decode_runs.py).
+
+The random workloads of tests/test_fast_engine.py hold SGLang and TensorRT-LLM with runs
+to the reference (the same schedulers without them); these pin what a run is on small
+hand-checked cases and cover the states that must stop one.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import servesim
+from servesim.engine.decode_runs import DecodeRuns
+from servesim.metrics.collector import Collector
+
+from .conftest import write_trace
+from .test_fast_engine import assert_same
+
+FIXED = {"kind": "fixed", "pass_ms": 10.0}
+POLYNOMIAL = {"kind": "polynomial", "base_ms": 1.5, "per_prefill_token_ms": 0.01, "per_decode_token_ms": 0.02,
+              "per_context_token_ms": 0.001}
+
+
+def _sglang(overlap: bool, **extra) -> dict:
+    return {"page_size": 1, "context_length": 256, "max_total_tokens": 4096, "max_running_requests": 16,
+            "chunked_prefill_size": 256, "max_prefill_tokens": 256, "disable_radix_cache": True,
+            "disable_overlap_schedule": not overlap, **extra}
+
+
+def _trtllm(overlap: bool, **extra) -> dict:
+    return {"tokens_per_block": 4, "max_seq_len": 256, "max_tokens": 4096, "max_batch_size": 16,
+            "max_num_tokens": 256, "enable_chunked_context": True, "enable_block_reuse": False,
+            "disable_overlap_scheduler": not overlap, **extra}
+
+
+def _config(trace, backend: str, sched: dict, client: dict, timing: dict) -> dict:
+    return {"engine": {"backend": backend, "timing": timing, "workers": {"aggregated": {"scheduler": sched}}},
+            "workload": {"trace": str(trace), "format": "mooncake", "client": client}}
+
+
+@pytest.fixture
+def spans(monkeypatch):
+    """(start ms, end ms) of every pass record, and the number of runs fast-forwarded."""
+    recorded = {"spans": [], "runs": 0}
+    on_pass = Collector.on_pass
+    extend = DecodeRuns.extend
+
+    def recording_on_pass(self, worker, done):
+        recorded["spans"].append((done.start_ns // 1_000_000, done.end_ns // 1_000_000))
+        on_pass(self, worker, done)
+
+    def counting_extend(self, *args, **kwargs):
+        recorded["runs"] += 1
+        extend(self, *args, **kwargs)
+
+    monkeypatch.setattr(Collector, "on_pass", recording_on_pass)
+    monkeypatch.setattr(DecodeRuns, "extend", counting_extend)
+    return recorded
+
+
+def test_sglang_run_by_hand(tmp_path, spans):
+    rows = [{"timestamp": 0.0, "input_length": 4, "output_length": 4},
+            {"timestamp": 0.0, "input_length": 4, "output_length": 6}]
+    config = _config(write_trace(tmp_path / "t.jsonl", rows), "sglang", _sglang(overlap=False),
+                     {"mode": "open_loop"}, FIXED)
+    fast = servesim.simulate(config)
+    # Fixed 10 ms passes, no overlap. [0,10): one prefill pass admits both prompts, first
+    # tokens at 10. At 10 both decode and both got their previous token at 10: the pass is
+    # the same until R0's 4th token, 3 passes, [10,40) (tokens at 20, 30, 40); R0 finishes at
+    # 40. R1 then decodes alone from 40 with 2 tokens left: a run [40,60); it finishes at 60.
+    assert spans["spans"] == [(0, 10), (10, 40), (40, 60)]
+    assert spans["runs"] == 2
+    assert fast.summary["passes"] == 6
+    assert [ns // 1_000_000 for ns in fast.requests.column("finish_ns")] == [40, 60]
+    assert fast.summary["mean_itl_ms"] == 10.0
+    spans["spans"].clear()
+    assert_same(config)   # the reference: 6 pass records of 10 ms
+    assert spans["spans"][:6] == [(i * 10, i * 10 + 10) for i in range(6)]
+
+
+def test_a_run_after_a_prefill_pass_counts_the_longer_first_gap(tmp_path, spans):
+    """SGLang's prefill pass does not decode the running requests: in the run that follows,
+    their first gap spans two passes, the others one."""
+    rows = [{"timestamp": 0.0, "input_length": 4, "output_length": 8},
+            {"timestamp": 15.0, "input_length": 4, "output_length": 3}]
+    config = _config(write_trace(tmp_path / "t.jsonl", rows), "sglang", _sglang(overlap=False),
+                     {"mode": "open_loop"}, FIXED)
+    fast = servesim.simulate(config)
+    # [0,10) R0's prefill, its 1st token at 10. R1 arrives at 15, and a run stops before the
+    # pass end that reads it: [10,20) is one pass (R0's 2nd token). [20,30) prefills R1 (R0
+    # waits). From 30 both decode until R1's 3rd and last token: a run [30,50), R0's 3rd and
+    # 4th tokens at 40 and 50. From 50 R0 decodes alone, its 5th to 8th: a run [50,90).
+    assert spans["spans"] == [(0, 10), (10, 20), (20, 30), (30, 50), (50, 90)]
+    assert spans["runs"] == 2
+    # Gaps: R0's 7 are 10, 20 (20 -> 40), then 10 x 5; R1's 2 are 10, 10: (8·10 + 20) / 9 ms.
+    assert fast.summary["mean_itl_ms"] == pytest.approx(100 / 9)
+    assert fast.summary["p99_itl_ms"] > 19.0
+    assert_same(config)
+
+
+def test_trtllm_head_refused_by_the_guarantee_is_asked_again(tmp_path):
+    """Found by an explore draw: with overlap the pass that starts a run was committed before
+    the previous pass's finishes were processed. Ten 1-token requests leave at 10 ms; the
+    four requests that GUARANTEED_NO_EVICT refused at 0 fit now, and the engine admits them
+    in the pass committed at 10 (first tokens at 30), so no run may start at 10."""
+    rows = ([{"timestamp": 0.0, "input_length": 1, "output_length": 20}]
+            + [{"timestamp": 0.0, "input_length": 1, "output_length": 1}] * 14)
+    sched = {"tokens_per_block": 4, "max_seq_len": 64, "max_tokens": 64, "max_batch_size": 12,
+             "max_num_tokens": 64, "enable_chunked_context": False, "enable_block_reuse": False,
+             "disable_overlap_scheduler": False, "capacity_scheduler_policy": "GUARANTEED_NO_EVICT"}
+    config = _config(write_trace(tmp_path / "t.jsonl", rows), "trtllm", sched, {"mode": "open_loop"}, FIXED)
+    fast = assert_same(config)
+    first = sorted(ns // 1_000_000 for ns in fast.requests.column("first_token_ns"))
+    # 16 blocks of 4: R0 reserves ceil(21/4) = 6, each 1-token request 1 (prompt + output),
+    # so 10 of them join R0 at 0 and 4 wait.
+    assert first == [10] * 11 + [30] * 4
+
+
+@pytest.mark.parametrize("backend", ["sglang", "trtllm"])
+@pytest.mark.parametrize("overlap", [False, True])
+@pytest.mark.parametrize("timing", [FIXED, POLYNOMIAL], ids=["fixed", "polynomial"])
+def test_steady_closed_loop_runs_match_the_reference(tmp_path, spans, backend, overlap, timing):
+    rows = [{"timestamp": 0.0, "input_length": 8 + 5 * (i % 7), "output_length": 20 + 13 * (i % 5)}
+            for i in range(60)]
+    sched = _sglang(overlap) if backend == "sglang" else _trtllm(overlap)
+    config = _config(write_trace(tmp_path / "t.jsonl", rows), backend, sched,
+                     {"mode": "closed_loop", "concurrency": 8}, timing)
+    fast = assert_same(config)   # the reference's records (one a pass) come first
+    assert spans["runs"] > 20
+
+
+@pytest.mark.parametrize("backend", ["sglang", "trtllm"])
+@pytest.mark.parametrize("overlap", [False, True])
+def test_runs_stop_where_free_blocks_run_out(tmp_path, spans, backend, overlap):
+    """A pool too small for the batch to finish: runs end where the blocks do, and the
+    retraction (SGLang) or pause (TensorRT-LLM, MAX_UTILIZATION) happens as in the reference."""
+    rows = [{"timestamp": 0.0, "input_length": 6, "output_length": 40} for _ in range(6)]
+    if backend == "sglang":
+        sched = _sglang(overlap, context_length=64, max_total_tokens=150, num_reserved_decode_tokens=0,
+                        init_new_token_ratio=0.05, min_new_token_ratio=0.05, chunked_prefill_size=8,
+                        max_prefill_tokens=8)   # one prompt a prefill pass: the batch is never marked full
+    else:
+        sched = _trtllm(overlap, max_seq_len=64, max_tokens=148, capacity_scheduler_policy="MAX_UTILIZATION")
+    config = _config(write_trace(tmp_path / "t.jsonl", rows), backend, sched, {"mode": "open_loop"}, FIXED)
+    fast = assert_same(config)
+    assert spans["runs"] >= 1
+    assert sum(fast.requests.column("preemptions")) > 0
