@@ -5,8 +5,8 @@ deployment: Llama-3.1-8B on H100-SXM workers, vLLM, max_num_seqs 1024,
 num_gpu_blocks 60000, with fixed 10 ms passes (or the roofline model): one worker,
 except rows 5r (16 replicas, kv_aware router) and 5d (4 prefill + 4 decode workers). Rows 2s
 and 2t run a shorter row 2a on SGLang and TensorRT-LLM (same batch limit, their default KV
-pools), whose schedulers visit every running request on every pass. Wall time is the median of
-`repeat` runs; peak RSS is the largest of them.
+pools), whose per-request schedulers fast-forward only their steady runs of decode passes.
+Wall time is the median of `repeat` runs; peak RSS is the largest of them.
 """
 
 from __future__ import annotations
