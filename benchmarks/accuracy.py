@@ -13,8 +13,9 @@ about a third of the cost, within a few percent of the full replay.
 `--max-row-seconds S` leaves out rows whose replay would take longer than S seconds of
 simulator time on this machine, estimated before running from the decode work they hold
 (requests × output tokens: SGLang and TensorRT-LLM are scheduled per request, estimated at
-10 µs a token here, about 3× what row 2a of the speed suite measures on them since their
-decode passes allocate in one step; vLLM's steady passes are aggregates), and stops any row that still runs
+2.5 µs a token here when aggregated, about 3× what replays of such rows measure since runs of
+identical decode passes are fast-forwarded, and 10 µs under disaggregation, where transfers cut
+those runs short; vLLM's steady passes are aggregates), and stops any row that still runs
 past 3 × S. The longest rows (4,096 users × 8,192 output tokens on TensorRT-LLM) take many
 minutes each; the report says how many rows were left out, by backend and mode. The estimate
 is deliberately high (rows kept at S = 20 took about a third of their estimate).
@@ -42,12 +43,16 @@ from servesim.errors import ServesimError  # noqa: E402
 DENSE = ("llama-3.1-8b", "llama-3.1-70b", "qwen3-32b")
 
 
-PER_TOKEN_S = {"vllm": 0.5e-6, "sglang": 10e-6, "trtllm": 10e-6}
+# Aggregated SGLang and TensorRT-LLM replays fast-forward runs of decode passes; under
+# disaggregation transfers and prefill handoffs cut those runs short.
+PER_TOKEN_S = {("vllm", "agg"): 0.5e-6, ("vllm", "disagg"): 0.5e-6,
+               ("sglang", "agg"): 2.5e-6, ("trtllm", "agg"): 2.5e-6,
+               ("sglang", "disagg"): 10e-6, ("trtllm", "disagg"): 10e-6}
 
 
 def estimated_seconds(row, requests_per_user: int) -> float:
     """Simulator time a row's replay takes here, roughly: its decode work at the backend's cost."""
-    return 0.3 + row.concurrency * requests_per_user * row.osl * PER_TOKEN_S.get(row.backend, 20e-6)
+    return 0.3 + row.concurrency * requests_per_user * row.osl * PER_TOKEN_S.get((row.backend, row.mode), 20e-6)
 
 
 class RowTimeout(Exception):
