@@ -145,3 +145,28 @@ def test_runs_stop_where_free_blocks_run_out(tmp_path, spans, backend, overlap):
     fast = assert_same(config)
     assert spans["runs"] >= 1
     assert sum(fast.requests.column("preemptions")) > 0
+
+
+@pytest.mark.parametrize("backend", ["sglang", "trtllm"])
+def test_runs_on_a_full_decode_worker_with_received_kv_waiting(tmp_path, monkeypatch, backend):
+    """A P/D decode worker whose request slots are all running keeps received requests waiting;
+    they cannot join until a running request leaves, so the running ones still make runs."""
+    runs_with_waiting = []
+    quiet_steps = DecodeRuns.quiet_steps
+
+    def recording_quiet_steps(self, decided, limit, now):
+        steps = quiet_steps(self, decided, limit, now)
+        if self.transferred and steps >= 2:
+            runs_with_waiting.append(steps)
+        return steps
+
+    monkeypatch.setattr(DecodeRuns, "quiet_steps", recording_quiet_steps)
+    rows = [{"timestamp": 0.0, "input_length": 8, "output_length": 30} for _ in range(6)]
+    sched = (_sglang(False, max_running_requests=2) if backend == "sglang"
+             else _trtllm(False, max_batch_size=2))
+    config = _config(write_trace(tmp_path / "t.jsonl", rows), backend, sched, {"mode": "open_loop"}, FIXED)
+    config["engine"]["workers"] = {"prefill": {"count": 1, "scheduler": dict(sched)},
+                                   "decode": {"count": 1, "scheduler": dict(sched)}}
+    config["engine"]["kv_transfer"] = {"bandwidth_gb_s": 50.0, "latency_ms": 0.5, "first_token_from": "prefill"}
+    assert_same(config)
+    assert runs_with_waiting

@@ -13,8 +13,9 @@ What "nothing can change" means, pass by pass, in the reference scheduler:
 
 - no admission: nothing waiting, or the waiting head stopped by a rule whose
   outcome the run's passes cannot change (the backend says which, `_admission_quiet`);
-- no request mid-prompt, no received KV to admit, no handoff waiting for this
-  decode worker's blocks (its admission rules can change as the batch decodes);
+- no request mid-prompt, no received KV to admit (or no request slot for it), no
+  handoff waiting for this decode worker's blocks (its admission rules can change as
+  the batch decodes);
 - every running request decodes one token, no drafts: each of its gaps in the run
   is one pass, but the first when its previous token came before the run started
   (SGLang's prefill passes do not decode the running requests), which the run
@@ -52,6 +53,10 @@ class DecodeRuns:
         """The backend: no pass of a run could admit anything or change its admission state."""
         raise NotImplementedError
 
+    def _request_slots(self) -> int:
+        """The backend: how many requests may run; received KV waits while they all do."""
+        raise NotImplementedError
+
     def _advance_run(self, extra: int) -> None:
         """The backend: per-pass state other than the requests' (SGLang's new_token_ratio)."""
 
@@ -79,14 +84,15 @@ class DecodeRuns:
         """How many passes, starting with `decided` (starting at `now`), are the same decode pass."""
         entries = decided.entries
         if (decided.preempted or decided.load_ns or len(entries) != len(self.running)
-                or self.transferred or self.transfers_waiting or not self._admission_quiet()):
+                or (self.transferred and len(self.running) < self._request_slots())
+                or self.transfers_waiting or not self._admission_quiet()):
             return 0
         max_len = self.max_model_len
         cap = limit
         context = 0
         for entry in entries:
             request = entry.request
-            if not entry.is_decode or entry.tokens != 1 or entry.drafts:
+            if not entry.is_decode or entry.tokens != 1 or entry.drafts or request.stale:
                 return 0
             remaining = min(request.max_tokens, max_len - request.prompt_len) - request.num_output
             if remaining < cap:

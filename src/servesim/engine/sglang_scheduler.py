@@ -277,6 +277,9 @@ class FastSglangScheduler(DecodeRuns, SglangScheduler):
         # that mark stays until a running request leaves (the run's last pass at the earliest).
         return self.chunked is None and (not self.waiting or self.batch_is_full)
 
+    def _request_slots(self) -> int:
+        return self.max_running_requests
+
     def _advance_run(self, extra: int) -> None:
         # One decay per decode pass, in the engine's float arithmetic.
         ratio, decay, floor = self.new_token_ratio, self.decay, self.min_ratio

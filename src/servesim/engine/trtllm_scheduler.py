@@ -178,6 +178,25 @@ class TrtllmScheduler(SchedulerCore):
 class FastTrtllmScheduler(DecodeRuns, TrtllmScheduler):
     """TensorRT-LLM with runs of identical decode passes fast-forwarded (engine/decode_runs.py)."""
 
+    _reserve_key: tuple | None = None
+    _reserve_margin = 0
+
+    def _reserved_blocks(self) -> int:
+        # A P/D decode worker under back-pressure asks at every pass end, and a waiting head at
+        # every pass: keep free blocks less the reserve, which only admissions, transfers and
+        # frees move (an allocation lowers both by the same count), and sum again only then.
+        kv = self.kv
+        key = (kv.epoch, self.admissions, len(self.running), len(self.transferred), len(self.incoming))
+        if key == self._reserve_key:
+            return kv.num_free - self._reserve_margin
+        reserved = super()._reserved_blocks()
+        self._reserve_key = key
+        self._reserve_margin = kv.num_free - reserved
+        return reserved
+
+    def _request_slots(self) -> int:
+        return self.max_batch_size
+
     def _admission_quiet(self) -> bool:
         if not self.waiting or len(self.running) >= self.max_batch_size or self.max_num_tokens <= len(self.running):
             return True   # a full batch stays full; the token budget left after the decodes is the same
