@@ -170,3 +170,51 @@ def test_runs_on_a_full_decode_worker_with_received_kv_waiting(tmp_path, monkeyp
     config["engine"]["kv_transfer"] = {"bandwidth_gb_s": 50.0, "latency_ms": 0.5, "first_token_from": "prefill"}
     assert_same(config)
     assert runs_with_waiting
+
+
+def _medium_case(rng, tmp_path, case: int) -> dict:
+    """A few hundred requests on realistic limits, where runs are long and pools fill."""
+    backend = rng.choice(["sglang", "trtllm"])
+    overlap = rng.random() < 0.6
+    rows, t = [], 0.0
+    for _ in range(rng.randint(80, 300)):
+        t += rng.choice([0.0, 0.0, 0.05, 0.3, 1.0])
+        row = {"timestamp": round(t, 3), "input_length": rng.randint(16, 900), "output_length": rng.randint(1, 300)}
+        if rng.random() < 0.5:
+            row["hash_ids"] = [rng.randint(0, 6) for _ in range(rng.randint(1, 3))]
+        rows.append(row)
+    pool = rng.choice([3000, 8000, 30000, 200000])
+    if backend == "sglang":
+        page = rng.choice([1, 1, 16])
+        sched = {"page_size": page, "context_length": 1536, "max_total_tokens": pool,
+                 "max_running_requests": rng.choice([8, 32, 128]),
+                 "chunked_prefill_size": rng.choice([512, 2048, -1]), "max_prefill_tokens": rng.choice([2048, 16384]),
+                 "disable_radix_cache": rng.random() < 0.3, "disable_overlap_schedule": not overlap,
+                 "schedule_policy": rng.choice(["fcfs", "lpm"]), "enable_mixed_chunk": rng.random() < 0.3}
+    else:
+        sched = {"tokens_per_block": rng.choice([16, 32]), "max_seq_len": 1536, "max_tokens": pool,
+                 "max_batch_size": rng.choice([8, 32, 128]), "max_num_tokens": rng.choice([2048, 8192]),
+                 "enable_chunked_context": rng.random() < 0.7, "enable_block_reuse": rng.random() < 0.7,
+                 "disable_overlap_scheduler": not overlap,
+                 "capacity_scheduler_policy": rng.choice(["GUARANTEED_NO_EVICT", "MAX_UTILIZATION"])}
+    timing = rng.choice([FIXED, POLYNOMIAL, {"kind": "roofline"}])
+    client = rng.choice([{"mode": "open_loop"}, {"mode": "closed_loop", "concurrency": rng.choice([4, 16, 64])}])
+    config = _config(write_trace(tmp_path / f"t{case}.jsonl", rows), backend, sched, client, timing)
+    config["workload"]["trace_block_size"] = 64
+    if rng.random() < 0.3:
+        config["engine"]["workers"] = {"prefill": {"count": rng.choice([1, 2]), "scheduler": dict(sched)},
+                                       "decode": {"count": rng.choice([1, 2]), "scheduler": dict(sched)}}
+        config["engine"]["kv_transfer"] = {"bandwidth_gb_s": 50.0, "latency_ms": 0.5,
+                                           "first_token_from": rng.choice(["prefill", "decode"])}
+    return config
+
+
+@pytest.mark.slow
+def test_runs_match_the_reference_at_medium_scale(tmp_path):
+    """The random workloads of test_fast_engine are tiny; here 24 seeded cases of 80-300 requests
+    on pools of 3,000-200,000 tokens (both backends, overlap, P/D, all three timings)."""
+    import random
+
+    rng = random.Random(20261201)
+    for case in range(24):
+        assert_same(_medium_case(rng, tmp_path, case))
