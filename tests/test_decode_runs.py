@@ -127,13 +127,25 @@ def test_steady_closed_loop_runs_match_the_reference(tmp_path, spans, backend, o
                      {"mode": "closed_loop", "concurrency": 8}, timing)
     fast = assert_same(config)   # the reference's records (one a pass) come first
     assert spans["runs"] > 20
+    # Each run of k passes is one record: the fast engine's records are fewer than its passes.
+    fast_records = len(spans["spans"]) - fast.summary["passes"]
+    assert fast_records < fast.summary["passes"]
 
 
 @pytest.mark.parametrize("backend", ["sglang", "trtllm"])
 @pytest.mark.parametrize("overlap", [False, True])
-def test_runs_stop_where_free_blocks_run_out(tmp_path, spans, backend, overlap):
+def test_runs_stop_where_free_blocks_run_out(tmp_path, monkeypatch, spans, backend, overlap):
     """A pool too small for the batch to finish: runs end where the blocks do, and the
     retraction (SGLang) or pause (TensorRT-LLM, MAX_UTILIZATION) happens as in the reference."""
+    block_limited = []
+    steps_fitting = DecodeRuns._steps_fitting
+
+    def recording_steps_fitting(self, *args):
+        steps = steps_fitting(self, *args)
+        block_limited.append(steps)
+        return steps
+
+    monkeypatch.setattr(DecodeRuns, "_steps_fitting", recording_steps_fitting)
     rows = [{"timestamp": 0.0, "input_length": 6, "output_length": 40} for _ in range(6)]
     if backend == "sglang":
         sched = _sglang(overlap, context_length=64, max_total_tokens=150, num_reserved_decode_tokens=0,
@@ -144,6 +156,7 @@ def test_runs_stop_where_free_blocks_run_out(tmp_path, spans, backend, overlap):
     config = _config(write_trace(tmp_path / "t.jsonl", rows), backend, sched, {"mode": "open_loop"}, FIXED)
     fast = assert_same(config)
     assert spans["runs"] >= 1
+    assert max(block_limited, default=0) >= 2   # some run was cut short by the free blocks, not by a finish
     assert sum(fast.requests.column("preemptions")) > 0
 
 

@@ -43,7 +43,6 @@ class DecodeRuns:
     """Mixin over a `SchedulerCore` policy: the worker's fast-forward interface."""
 
     warmup_below = 0
-    runs = 0   # fast-forwarded runs so far (for tests and profiling)
     _last_decided: ScheduledPass | None = None   # a run starts only from the pass scheduled last
 
     def exclude_warmup(self, first_measured: int) -> None:
@@ -147,6 +146,8 @@ class DecodeRuns:
         overlap = self.async_scheduling
         caching = kv.enable_caching
         entries = decided.entries
+        # `KvCache.allocate_each` with `extra` tokens each, fused with the last pass's count: one
+        # loop over the batch a run, not three (calling allocate_each made row 2s's loop 20% slower).
         needs = []
         last_step = 0   # blocks of the run's last pass
         for entry in entries:
@@ -191,4 +192,3 @@ class DecodeRuns:
         decided.bulk_warmup = warm
         decided.late_previous_ns = late
         decided.num_tokens = len(entries) * steps
-        self.runs += 1

@@ -178,7 +178,7 @@ class SchedulerCore:
         # counted by the collector as bulk deliveries; with overlap all but the last were
         # credited when the run started.
         run = done.group_steps > 1
-        run_tokens = 1 if self.async_scheduling else done.group_steps
+        run_tokens = 1 if self.async_scheduling else done.group_steps   # 1 for a single pass
         block_size = self.kv.block_size
         max_model_len = self.max_model_len
         for entry in done.entries:
@@ -190,7 +190,7 @@ class SchedulerCore:
             if request.status == Status.FINISHED or not entry.samples:
                 continue
             was_running = request.status == Status.RUNNING
-            produced = run_tokens if run else 1
+            produced = run_tokens
             if entry.drafts:
                 request.spec_steps += 1
                 accepted = self.speculation.accepted(request.request_id, request.spec_steps, entry.drafts)

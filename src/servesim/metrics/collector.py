@@ -40,8 +40,6 @@ class Collector:
                 gap = end - request.last_token_ns
                 gaps[gap] = gaps.get(gap, 0) + 1
             request.last_token_ns = end
-        for gap, count in gaps.items():
-            itl.add(gap, count)
         measured = done.bulk_deliveries - done.bulk_warmup
         if measured:
             # Each gap is one pass, but the first of a request whose previous token came
@@ -55,12 +53,11 @@ class Collector:
                 if late:
                     itl.add_many(done.step_durations[1:], len(late))
                 first_end = done.start_ns + done.step_durations[0]
-            if late:
-                late_gaps: dict[int, int] = {}
-                for previous in late:
-                    late_gaps[first_end - previous] = late_gaps.get(first_end - previous, 0) + 1
-                for gap, count in late_gaps.items():
-                    itl.add(gap, count)
+            for previous in late:
+                gap = first_end - previous
+                gaps[gap] = gaps.get(gap, 0) + 1
+        for gap, count in gaps.items():
+            itl.add(gap, count)
         for request in done.finished:
             request.finish_ns = end
         steps = done.group_steps
