@@ -70,3 +70,168 @@ def test_allocate_each_marks_filled_blocks_like_allocate(cache):
     # 5 + 3 = 8 tokens: 2 full blocks; 7 + 1 = 8: 2 full blocks.
     assert [r.num_cached_blocks for r in pairs[0]] == [r.num_cached_blocks for r in pairs[1]] == [2, 2]
     assert one_by_one.num_free == together.num_free == 10 - 4
+
+
+# ---------------------------------------------------------------- the fast cache against the reference
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+_PROMPTS = st.lists(st.tuples(st.lists(st.integers(0, 1), min_size=1, max_size=3), st.integers(-6, 3)),
+                    min_size=2, max_size=7)
+_OPS = st.lists(st.tuples(st.sampled_from(["admit", "admit", "decode", "finish", "finish", "preempt", "retract"]),
+                          st.integers(0, 6)), max_size=80)
+
+
+def _prompt_maker(kv, prompts):
+    """Requests whose prompts are hash_id paths over a tiny alphabet, so prefixes repeat often."""
+    interner = PrefixInterner()
+    next_id = iter(range(10**6))
+
+    def make(index):
+        path, trim = prompts[index]
+        # hash_id i of a path stands for 8 tokens (2 blocks of 4); prompts end inside or past them
+        hash_ids = tuple(i * 3 + h for i, h in enumerate(path))
+        prompt_len = max(1, len(path) * 8 + trim)
+        request_id = next(next_id)
+        keys = BlockKeys(request_id, prompt_len, hash_ids, kv.block_size, 8, interner)
+        return Request(request_id, 0, 0, prompt_len, 8, 8, keys)
+    return make
+
+
+def _drive(kv, prompts, ops):
+    """Apply `ops` as an engine would; return every observable answer the cache gave.
+
+    An op's index picks among the requests in the state it needs; a finished request is
+    replaced by a new one with the same prompt, so freed prefixes are asked for again."""
+    make = _prompt_maker(kv, prompts)
+    requests = [make(i) for i in range(len(prompts))]
+    state = ["waiting"] * len(requests)
+    seen = []
+    for op, pick in ops:
+        wanted = "waiting" if op == "admit" else "running"
+        candidates = [i for i, s in enumerate(state) if s == wanted]
+        if not candidates:
+            continue
+        index = candidates[pick % len(candidates)]
+        request = requests[index]
+        if op == "admit":
+            hits = kv.lookup(request)
+            evictable = sum(1 for b in hits if kv.is_evictable(b))
+            new_tokens = request.num_tokens - len(hits) * kv.block_size
+            admitted = kv.admit(request, hits, new_tokens, has_running="running" in state)
+            seen.append(("admit", index, len(hits), evictable, admitted))
+            if admitted:
+                request.num_computed = request.num_tokens
+                state[index] = "running"
+        elif op == "decode":
+            grown = kv.allocate(request, 1)
+            seen.append(("decode", index, grown))
+            if grown:
+                request.num_computed += 1
+                request.num_output += 1
+        elif op == "finish":
+            kv.free(request)
+            requests[index] = make(index)
+            state[index] = "waiting"
+        else:
+            keep = request.prompt_len // kv.block_size if op == "retract" else None
+            kv.free(request, finished=False, keep_blocks=keep)
+            request.num_computed = 0
+            state[index] = "waiting"
+        # Shareable contents cached (keys > 0): what later hits can find. Private keys differ
+        # by design: the fast cache gives them only at a preemption.
+        seen.append(("free blocks", kv.num_free, sorted(key for key in kv.cache if key > 0)))
+    seen.append(("router view", [kv.cached_prefix_blocks(r.keys) for r in requests]))
+    return seen
+
+
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(prompts=_PROMPTS, ops=_OPS, num_gpu_blocks=st.integers(4, 12))
+def test_fast_cache_answers_as_the_reference(prompts, ops, num_gpu_blocks):
+    """Tiny pools and repeated prefixes: hits on free blocks, evictions of runs holding stale
+    copies, preemptions that key private blocks, SGLang-style retractions that cut them."""
+    answers = []
+    for cache in (KvCache, ReferenceKvCache):
+        kv = cache(num_gpu_blocks=num_gpu_blocks, block_size=4, enable_caching=True, max_model_len=64)
+        answers.append(_drive(kv, prompts, ops))
+    assert answers[0] == answers[1]
+
+
+@pytest.mark.parametrize("cache", [KvCache, ReferenceKvCache])
+def test_eviction_skips_blocks_a_hit_took_back(cache):
+    """vLLM's free queue, tail first, with a hit taking blocks out of its middle.
+
+    Block size 4; a hash_id is 8 tokens. 10 blocks, 9 usable (block 0 is the null block).
+    """
+    kv = cache(num_gpu_blocks=10, block_size=4, enable_caching=True, max_model_len=64)
+    interner = PrefixInterner()
+
+    def request(request_id, hash_ids, prompt_len):
+        keys = BlockKeys(request_id, prompt_len, hash_ids, 4, 8, interner)
+        return Request(request_id, 0, 0, prompt_len, 8, 8, keys)
+
+    def admit(r):
+        hits = kv.lookup(r)
+        assert kv.admit(r, hits, r.num_tokens - 4 * len(hits), has_running=False)
+        r.num_computed = r.num_tokens
+        return len(hits)
+
+    d, a, e = request(0, (5,), 8), request(1, (0, 1), 16), request(2, (6,), 8)
+    assert [admit(r) for r in (d, a, e)] == [0, 0, 0]          # 2 + 4 + 2 = 8 blocks, 1 left
+    kv.free(d)                                                 # queue: d1 d0
+    kv.free(a)                                                 # queue: d1 d0 | a3 a2 a1 a0
+    b = request(3, (0, 1), 16)
+    # A hit stops one block short of the prompt's end: (16 - 1) // 4 = 3 blocks, a0..a2,
+    # taken back out of the queue; the last fresh block holds b's fourth (a second copy of
+    # a3's content: both are cached).
+    assert admit(b) == 3 and kv.num_free == 3                  # d1 d0 a3
+    kv.free(e)                                                 # queue: d1 d0 a3 | e1 e0
+    assert kv.num_free == 5
+    c = request(4, (7, 8), 16)
+    assert admit(c) == 0 and kv.num_free == 1                  # took d1 d0 a3 e1, in that order
+    # b's four blocks kept their keys (a3 went, b's copy of it stays); d's are gone, and e
+    # keeps only e0. Evicting a2, which b holds, instead of e1 would leave b 2 and e 2.
+    assert kv.cached_prefix_blocks(b.keys) == 4
+    assert kv.cached_prefix_blocks(request(5, (5,), 8).keys) == 0
+    assert kv.cached_prefix_blocks(request(6, (6,), 8).keys) == 1
+    # The rest of e's run goes next: its key with it.
+    assert admit(request(7, (9,), 4)) == 0 and kv.num_free == 0
+    assert kv.cached_prefix_blocks(request(8, (6,), 8).keys) == 0
+
+
+@pytest.mark.parametrize("cache", [KvCache, ReferenceKvCache])
+def test_preempted_request_keeps_its_own_blocks_once(cache):
+    """A preemption keys the request's own blocks; the readmission hits them; a second
+    preemption keys only those still without a key, and eviction removes each key once.
+
+    Block size 4, hash_ids of 8 tokens, 8 blocks (7 usable)."""
+    kv = cache(num_gpu_blocks=8, block_size=4, enable_caching=True, max_model_len=64)
+    interner = PrefixInterner()
+    keys = BlockKeys(0, 8, (0,), 4, 8, interner)
+    r = Request(0, 0, 0, 8, 16, 16, keys)
+    assert kv.admit(r, kv.lookup(r), 8, has_running=False)   # blocks s0 s1 (shared)
+    r.num_computed = 8
+    for _ in range(8):                                         # 8 outputs: blocks p2 p3 (its own)
+        assert kv.allocate(r, 1)
+        r.num_computed += 1
+        r.num_output += 1
+    kv.free(r, finished=False)                                 # all four keep keys; queue p3 p2 s1 s0
+    r.num_computed = 0
+    assert kv.num_free == 7
+    # 16 tokens known: a hit covers (16 - 1) // 4 = 3 blocks, s0 s1 p2; p3 stays queued and
+    # the fourth block is a new one, n3, with p3's content.
+    hits = kv.lookup(r)
+    assert len(hits) == 3
+    assert kv.admit(r, hits, 16 - 12, has_running=False)
+    r.num_computed = 16
+    kv.free(r, finished=False)     # queue: p3 (its run's others went stale) | s0 s1 p2 n3
+    r.num_computed = 0
+    assert kv.num_free == 7
+    other = Request(1, 0, 0, 8, 4, 4, BlockKeys(1, 8, (5,), 4, 8, interner))
+    # 7 free: the 2 never used, p3 (its copy of key 3 goes; n3 still holds it), then the
+    # second run from its tail: n3, p2.
+    assert kv.admit(other, kv.lookup(other), 8 + 12, has_running=False)   # 20 tokens: 5 blocks
+    assert kv.num_free == 2
+    # s0 s1 still cached; p2 gone with its only key: the hit stops at the shared prefix.
+    assert len(kv.lookup(r)) == 2

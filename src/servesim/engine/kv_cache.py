@@ -15,6 +15,12 @@ observations:
   takes from a run in one slice.
 - Reference counts matter only for keyed blocks: an unkeyed block is held by
   exactly the request that allocated it.
+- The keyed blocks one free releases enter the LRU queue as one entry (a
+  `_FreedRun`), not one entry each. A prefix hit that takes a free block back
+  leaves a stale copy in its run; the run tells it apart by when it was queued
+  (`serial`) against when the hit took the block (`left_queue`), only when it
+  reaches the front of the queue. So a free costs one pass over the request's
+  keyed blocks and one queue entry, and an eviction a few steps a block.
 
 So a request costs O(1) plus O(its shareable prompt blocks), not O(its blocks).
 Block ids, the free count, the LRU order of every block that can still be hit,
@@ -30,6 +36,20 @@ from servesim.engine.request import Request
 
 def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
+
+
+class _FreedRun(list):
+    """Keyed blocks released by one free, in block order: the queue evicts from the end
+    (a request's tail first, as vLLM appends a request's blocks tail first). `keys` holds
+    their cache keys, position for position: a block's key is known from the request that
+    frees it, so blocks need no key of their own."""
+
+    __slots__ = ("serial", "keys")
+
+    def __init__(self, blocks, keys: list[int], serial: int) -> None:
+        super().__init__(blocks)
+        self.keys = keys
+        self.serial = serial
 
 
 class KvCache:
@@ -55,15 +75,18 @@ class KvCache:
         self.num_blocks = num_gpu_blocks
         self.fresh_next = 1                          # block 0 is the null block
         self.ref_cnt = [0]                           # meaningful for keyed blocks
-        self.block_key: list[int | None] = [None]
         self.free_plain: list[int] = []              # freed unkeyed blocks; top = front of the queue
-        # Keyed part of the free queue in eviction order: a live keyed block's id, or a dead
-        # run (a list of block ids). A live block leaves the queue lazily: a keyed block is
-        # free exactly when no request holds it (ref_cnt 0), and only its last entry
-        # counts (`queued`: its entries still in the queue), so a prefix hit on a free block
-        # is a counter update, not a removal from the middle of the queue.
-        self.lru: deque[int | list[int]] = deque()
-        self.queued = [0]
+        # Keyed part of the free queue in eviction order: runs of live keyed blocks
+        # (`_FreedRun`, one per free) and dead runs (plain lists of blocks whose keys died
+        # with their finished request). A prefix hit takes a block out of the queue lazily:
+        # `left_queue[block]` is the serial current when a hit took it while it was free, so
+        # its copy in any run queued at or before that serial is stale (`stale` counts those
+        # copies). Runs sit in the queue in serial order, so the front run is the oldest:
+        # once it is filtered, its blocks' `left_queue` marks have served every copy.
+        self.lru: deque[list[int]] = deque()
+        self.serial = 0
+        self.left_queue: dict[int, int] = {}
+        self.stale = 0
         self.keyed_free = 0
         self.cache: dict[int, int | list[int]] = {}  # key -> block(s) holding it, in insertion order
         self.epoch = 0   # bumped when blocks are freed or keys inserted (see FastVllmScheduler)
@@ -117,7 +140,7 @@ class KvCache:
 
     def is_evictable(self, block: int) -> bool:
         """A cached block no request holds: free, but a prefix hit on it would take it."""
-        return self.ref_cnt[block] == 0 and self.block_key[block] is not None
+        return self.ref_cnt[block] == 0   # asked of hits only, and every hit has its key
 
     def admit(self, request: Request, hits: list[int], num_new_tokens: int, has_running: bool,
               cache: bool = True, full_sequence: bool = True, loaded: int = 0, lookahead: int = 0) -> bool:
@@ -137,8 +160,17 @@ class KvCache:
         if lookahead and max(ceil_div(slots, block_size) - len(hits), 0) + evictable + watermark > self.num_free:
             return False
         self.keyed_free -= evictable
-        for b in hits:
-            ref_cnt[b] += 1
+        if evictable:   # free blocks leave the queue: their copies there go stale
+            serial = self.serial
+            left_queue = self.left_queue
+            for b in hits:
+                if not ref_cnt[b]:
+                    left_queue[b] = serial
+                ref_cnt[b] += 1
+            self.stale += evictable
+        else:
+            for b in hits:
+                ref_cnt[b] += 1
         request.blocks = list(hits)
         request.num_cached_blocks = len(hits)
         if self.enable_caching:
@@ -214,8 +246,6 @@ class KvCache:
             self.fresh_next = first + fresh
             into.extend(range(first + fresh - 1, first - 1, -1))
             self.ref_cnt.extend([0] * fresh)
-            self.block_key.extend([None] * fresh)
-            self.queued.extend([0] * fresh)
             remaining -= fresh
         if from_plain:
             into.extend(plain[-from_plain:])
@@ -223,62 +253,66 @@ class KvCache:
         if not remaining:
             return
         lru = self.lru
-        queued = self.queued
-        ref_cnt = self.ref_cnt
-        block_key = self.block_key
         cache = self.cache
         uncache = cache.pop
         popleft = lru.popleft
-        append = into.append
-        evicted = 0
+        left_queue = self.left_queue
         while remaining:
             entry = popleft()
-            if entry.__class__ is int:
-                count = queued[entry] - 1
-                queued[entry] = count
-                if count or ref_cnt[entry]:
-                    continue   # a stale entry: the block was hit since, or is queued again later
-                key = block_key[entry]
-                if key is None:
-                    continue
-                block_key[entry] = None   # evict its key
-                cached = uncache(key)
-                if cached.__class__ is not int:   # other blocks hold the same content
-                    cached.remove(entry)
-                    if cached:
-                        cache[key] = cached
-                append(entry)
-                evicted += 1
-                remaining -= 1
-            elif len(entry) <= remaining:
-                into.extend(entry)
-                self.keyed_free -= len(entry)
-                remaining -= len(entry)
-            else:
-                into.extend(entry[-remaining:])
-                del entry[-remaining:]
-                self.keyed_free -= remaining
+            if entry.__class__ is _FreedRun:
+                part = entry if len(entry) <= remaining else entry[-remaining:]
+                # Only the blocks taken now need checking: a copy left stale further in is
+                # dropped when the rest of the run comes to be taken.
+                if left_queue and not left_queue.keys().isdisjoint(part):
+                    entry = self._drop_stale(entry)
+                    if not entry:
+                        continue
+                    part = entry if len(entry) <= remaining else entry[-remaining:]
+                keys = entry.keys
+                for b, key in zip(part, keys[-len(part):]):   # evict their keys
+                    cached = uncache(key)
+                    if cached.__class__ is not int:   # other blocks hold the same content
+                        cached.remove(b)
+                        if cached:
+                            cache[key] = cached
+                if part is not entry:
+                    del keys[-len(part):]
+            else:   # a dead run: its keys died with its request
+                part = entry if len(entry) <= remaining else entry[-remaining:]
+            taken = len(part)
+            into.extend(part)
+            self.keyed_free -= taken
+            remaining -= taken
+            if part is not entry:
+                del entry[-taken:]
                 lru.appendleft(entry)
-                remaining = 0
-        self.keyed_free -= evicted
+
+    def _drop_stale(self, run: _FreedRun) -> _FreedRun:
+        """The front run without the copies of blocks a hit took since it was queued."""
+        left_queue = self.left_queue
+        serial = run.serial
+        kept = [(b, key) for b, key in zip(run, run.keys) if left_queue.get(b, -1) < serial]
+        live = _FreedRun([b for b, _ in kept], [key for _, key in kept], serial)
+        self.stale -= len(run) - len(live)
+        for b in live:   # no older run is left to hold a stale copy of these
+            left_queue.pop(b, None)
+        return live
 
     def _compact_queue(self) -> None:
-        """Drop stale entries (kept from hits on free blocks) once they outnumber the live ones."""
-        queued = self.queued
-        ref_cnt = self.ref_cnt
-        block_key = self.block_key
-        kept: deque[int | list[int]] = deque()
+        """Drop stale copies (left by hits on free blocks) once they outnumber the free blocks."""
+        left_queue = self.left_queue
+        kept: deque[list[int]] = deque()
         for entry in self.lru:
-            if entry.__class__ is int:
-                count = queued[entry] - 1
-                queued[entry] = count
-                if count or ref_cnt[entry] or block_key[entry] is None:
+            if entry.__class__ is _FreedRun:
+                serial = entry.serial
+                pairs = [(b, key) for b, key in zip(entry, entry.keys) if left_queue.get(b, -1) < serial]
+                if not pairs:
                     continue
+                entry = _FreedRun([b for b, _ in pairs], [key for _, key in pairs], serial)
             kept.append(entry)
-        for entry in kept:
-            if entry.__class__ is int:
-                queued[entry] = 1
         self.lru = kept
+        self.left_queue = {}
+        self.stale = 0
 
     def _uncache(self, key: int, block: int) -> None:
         entry = self.cache[key]
@@ -290,7 +324,6 @@ class KvCache:
                 del self.cache[key]
 
     def _insert(self, key: int, block: int) -> None:
-        self.block_key[block] = key
         entry = self.cache.get(key)
         if entry is None:
             self.cache[key] = block
@@ -311,20 +344,16 @@ class KvCache:
         if start < shared_end:
             blocks = request.blocks
             ref_cnt = self.ref_cnt
-            block_key = self.block_key
             cache = self.cache
             new_blocks = blocks[start:shared_end]
             keys = request.keys.shared_keys(start, shared_end)
+            for b in new_blocks:
+                ref_cnt[b] = 1
             if cache.keys().isdisjoint(keys):   # the usual case: nobody else holds these contents
                 cache.update(zip(keys, new_blocks))
-                for b, key in zip(new_blocks, keys):
-                    ref_cnt[b] = 1
-                    block_key[b] = key
             else:
                 get = cache.get
                 for b, key in zip(new_blocks, keys):
-                    ref_cnt[b] = 1
-                    block_key[b] = key
                     cached = get(key)
                     if cached is None:
                         cache[key] = b
@@ -343,15 +372,15 @@ class KvCache:
         self.epoch += 1
         blocks = request.blocks
         request.blocks = []
-        cached = request.num_cached_blocks
+        cached = keyed_before = request.num_cached_blocks
         if keep_blocks is not None and keep_blocks < cached:
             cached = max(keep_blocks, min(request.keys.shared_blocks, len(blocks)) if self.enable_caching else 0)
             if self.enable_caching:
                 # Blocks keyed before (hits on its own blocks after an earlier preemption) past the cut.
                 live_end = min(request.keys.shared_blocks, len(blocks)) + request.live_private
-                for b in blocks[cached:live_end]:
-                    self._uncache(self.block_key[b], b)
-                    self.block_key[b] = None
+                key_of = request.keys.key
+                for j in range(cached, live_end):
+                    self._uncache(key_of(j), blocks[j])
                 request.live_private = max(0, min(request.live_private, cached - request.keys.shared_blocks))
         request.num_cached_blocks = 0
         live_private = request.live_private
@@ -360,43 +389,46 @@ class KvCache:
             self.free_plain.extend(blocks)
             return
         shared = min(request.keys.shared_blocks, len(blocks))
-        private_start = max(shared, cached)
-        self.free_plain.extend(blocks[private_start:])    # not yet cached: front of the queue
+        keyed_shared = min(shared, keyed_before)   # hits and cached blocks: every one has its key
+        plain = self.free_plain
+        plain.extend(blocks[max(shared, cached):])    # not yet cached: front of the queue
+        plain.extend(reversed(blocks[keyed_shared:shared]))
         lru = self.lru
-        queued = self.queued
+        ref_cnt = self.ref_cnt
+        held = blocks[:keyed_shared]
+        freed: list[int] = []
+        append = freed.append
+        for b in held:
+            count = ref_cnt[b] - 1
+            ref_cnt[b] = count
+            if not count:
+                append(b)
+        count = len(freed)
+        if count and freed == held[keyed_shared - count:]:   # the usual case: nobody else holds its tail
+            # A copy: the run trims its keys as blocks are evicted, and the request keeps its own.
+            keys = list(request.keys.shared_keys(keyed_shared - count, keyed_shared))
+        elif count:
+            keys = [key for b, key in zip(held, request.keys.shared_keys(0, keyed_shared)) if not ref_cnt[b]]
+        else:
+            keys = []
         keyed_private = blocks[shared:cached]
         if keyed_private:
-            block_key = self.block_key
+            key_of = request.keys.key
             if finished:
-                for b in keyed_private[:live_private]:  # its keys die with it
-                    self._uncache(block_key[b], b)
-                    block_key[b] = None
-                lru.append(keyed_private)
+                for j in range(shared, shared + live_private):  # its keys die with it
+                    self._uncache(key_of(j), blocks[j])
+                lru.append(keyed_private)   # deeper than the shared blocks: queued before them
+                self.keyed_free += len(keyed_private)
             else:
-                key_of = request.keys.key
-                for j in range(cached - 1, shared - 1, -1):
-                    b = blocks[j]
-                    if block_key[b] is None:
-                        self._insert(key_of(j), b)
-                    self.ref_cnt[b] = 0
-                    lru.append(b)
-                    queued[b] += 1
-            self.keyed_free += len(keyed_private)
-        ref_cnt = self.ref_cnt
-        block_key = self.block_key
-        plain = self.free_plain
-        queue = lru.append
-        released = 0
-        for b in reversed(blocks[:shared]):
-            if block_key[b] is None:
-                plain.append(b)
-            else:
-                count = ref_cnt[b] - 1
-                ref_cnt[b] = count
-                if not count:
-                    queue(b)
-                    queued[b] += 1
-                    released += 1
-        self.keyed_free += released
-        if len(lru) > 2 * self.keyed_free + 4096:
+                for j in range(shared + live_private, cached):   # the rest get keys now
+                    self._insert(key_of(j), blocks[j])
+                for b in keyed_private:
+                    ref_cnt[b] = 0
+                freed.extend(keyed_private)
+                keys.extend(key_of(j) for j in range(shared, cached))
+        if freed:
+            self.serial += 1
+            lru.append(_FreedRun(freed, keys, self.serial))
+            self.keyed_free += len(freed)
+        if self.stale > self.keyed_free + 4096:
             self._compact_queue()
