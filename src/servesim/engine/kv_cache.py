@@ -89,6 +89,7 @@ class KvCache:
         self.stale = 0
         self.keyed_free = 0
         self.cache: dict[int, int | list[int]] = {}  # key -> block(s) holding it, in insertion order
+        self.repeated: set[int] = set()   # keys two or more blocks hold (their entry is a list)
         self.epoch = 0   # bumped when blocks are freed or keys inserted (see FastVllmScheduler)
 
     # ------------------------------------------------------------------ queries
@@ -254,7 +255,7 @@ class KvCache:
             return
         lru = self.lru
         cache = self.cache
-        uncache = cache.pop
+        repeated = self.repeated
         popleft = lru.popleft
         left_queue = self.left_queue
         while remaining:
@@ -269,12 +270,13 @@ class KvCache:
                         continue
                     part = entry if len(entry) <= remaining else entry[-remaining:]
                 keys = entry.keys
-                for b, key in zip(part, keys[-len(part):]):   # evict their keys
-                    cached = uncache(key)
-                    if cached.__class__ is not int:   # other blocks hold the same content
-                        cached.remove(b)
-                        if cached:
-                            cache[key] = cached
+                part_keys = keys if part is entry else keys[-len(part):]
+                if repeated and not repeated.isdisjoint(part_keys):
+                    for b, key in zip(part, part_keys):
+                        self._uncache(key, b)
+                else:   # the usual case: each of these keys has only this block
+                    for key in part_keys:
+                        del cache[key]
                 if part is not entry:
                     del keys[-len(part):]
             else:   # a dead run: its keys died with its request
@@ -316,19 +318,21 @@ class KvCache:
 
     def _uncache(self, key: int, block: int) -> None:
         entry = self.cache[key]
-        if isinstance(entry, int):
+        if entry.__class__ is int:
             del self.cache[key]
         else:
             entry.remove(block)
-            if not entry:
-                del self.cache[key]
+            if len(entry) == 1:
+                self.cache[key] = entry[0]
+                self.repeated.discard(key)
 
     def _insert(self, key: int, block: int) -> None:
         entry = self.cache.get(key)
         if entry is None:
             self.cache[key] = block
-        elif isinstance(entry, int):
+        elif entry.__class__ is int:
             self.cache[key] = [entry, block]
+            self.repeated.add(key)
         else:
             entry.append(block)
 
@@ -352,15 +356,8 @@ class KvCache:
             if cache.keys().isdisjoint(keys):   # the usual case: nobody else holds these contents
                 cache.update(zip(keys, new_blocks))
             else:
-                get = cache.get
                 for b, key in zip(new_blocks, keys):
-                    cached = get(key)
-                    if cached is None:
-                        cache[key] = b
-                    elif cached.__class__ is int:
-                        cache[key] = [cached, b]
-                    else:
-                        cached.append(b)
+                    self._insert(key, b)
             self.epoch += 1
         request.num_cached_blocks = full
 
