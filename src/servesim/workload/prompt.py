@@ -33,16 +33,23 @@ class PrefixInterner:
     def __init__(self) -> None:
         self._nodes: dict[tuple[int, int], int] = {}
         self.counts: dict[int, int] | None = None
+        # The prefix ids counted up front, by hash_ids: every role's block keys ask for them
+        # again (a prompt's hash_ids tuple hashes in C; interning walks it in Python).
+        self._counted: dict[tuple[int, ...], list[int]] = {}
 
     def count_requests(self, requests, trace_block_size: int) -> None:
         counts: dict[int, int] = {}
         get = counts.get
+        counted = self._counted
         for request in requests:
             hash_ids = request.hash_ids
             if not hash_ids:
                 continue
             reach = -(-min(request.input_length, len(hash_ids) * trace_block_size) // trace_block_size)
-            for node in self.prefix_ids(hash_ids, reach):
+            nodes = self.prefix_ids(hash_ids, reach)
+            if len(nodes) > len(counted.get(hash_ids, ())):
+                counted[hash_ids] = nodes
+            for node in nodes:
                 counts[node] = get(node, 0) + 1
         self.counts = counts
 
@@ -58,6 +65,10 @@ class PrefixInterner:
 
     def prefix_ids(self, hash_ids: tuple[int, ...], count: int) -> list[int]:
         """Ids of hash_ids[:1], hash_ids[:2], ..., hash_ids[:count]."""
+        if self.counts is not None:
+            known = self._counted.get(hash_ids)
+            if known is not None and len(known) >= count:
+                return known[:count]
         nodes = self._nodes
         out = []
         parent = 0
