@@ -235,3 +235,34 @@ def test_preempted_request_keeps_its_own_blocks_once(cache):
     assert kv.num_free == 2
     # s0 s1 still cached; p2 gone with its only key: the hit stops at the shared prefix.
     assert len(kv.lookup(r)) == 2
+
+
+@pytest.mark.parametrize("cache", [KvCache, ReferenceKvCache])
+def test_free_with_a_shared_block_after_an_unshared_one(cache):
+    """Blocks another request holds need not be a head of the freed request's blocks: with a
+    content cached twice, a hit takes the first copy, and the request's own copy goes free
+    between blocks that stay held. Block size 4, hash_ids of 8 tokens, 15 usable blocks."""
+    kv = cache(num_gpu_blocks=16, block_size=4, enable_caching=True, max_model_len=64)
+    interner = PrefixInterner()
+
+    def request(request_id, hash_ids, prompt_len):
+        return Request(request_id, 0, 0, prompt_len, 8, 8, BlockKeys(request_id, prompt_len, hash_ids, 4, 8, interner))
+
+    r, s, q = request(0, (0, 1), 16), request(1, (0,), 8), request(2, (0, 1), 16)
+    assert kv.admit(r, kv.lookup(r), 4, has_running=False)    # a first chunk: r0, keyed
+    r.num_computed = 4
+    assert len(kv.lookup(s)) == 1                              # (8 - 1) // 4 = 1: r0
+    assert kv.admit(s, kv.lookup(s), 4, has_running=True)      # s1 holds key 1 first
+    s.num_computed = 8
+    assert kv.allocate(r, 12)                                  # r1 (key 1 again), r2, r3
+    r.num_computed = 16
+    hits = kv.lookup(q)                                        # r0, s1 (key 1's first copy), r2
+    assert len(hits) == 3
+    assert kv.admit(q, hits, 4, has_running=True)              # and one new block
+    q.num_computed = 16
+    assert kv.num_free == 15 - 6
+    # Holders: r0 by r, s, q; r1 by r alone; r2 by r, q; r3 by r alone. Freeing r frees r1
+    # and r3 only: 9 + 2.
+    kv.free(r)
+    assert kv.num_free == 11
+    assert len(kv.lookup(request(3, (0, 1), 16))) == 3

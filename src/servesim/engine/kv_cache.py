@@ -30,6 +30,7 @@ and therefore every prefix hit and every eviction are the same as the reference'
 from __future__ import annotations
 
 from collections import deque
+from operator import itemgetter
 
 from servesim.engine.request import Request
 
@@ -393,21 +394,29 @@ class KvCache:
         lru = self.lru
         ref_cnt = self.ref_cnt
         held = blocks[:keyed_shared]
-        freed: list[int] = []
-        append = freed.append
-        for b in held:
-            count = ref_cnt[b] - 1
-            ref_cnt[b] = count
-            if not count:
-                append(b)
-        count = len(freed)
-        if count and freed == held[keyed_shared - count:]:   # the usual case: nobody else holds its tail
-            # A copy: the run trims its keys as blocks are evicted, and the request keeps its own.
-            keys = list(request.keys.shared_keys(keyed_shared - count, keyed_shared))
-        elif count:
-            keys = [key for b, key in zip(held, request.keys.shared_keys(0, keyed_shared)) if not ref_cnt[b]]
+        counts = itemgetter(*held)(ref_cnt) if keyed_shared > 1 else tuple(ref_cnt[b] for b in held)
+        try:
+            alone = counts.index(1)   # the first block no other request holds
+        except ValueError:
+            alone = keyed_shared
+        if counts.count(1) == keyed_shared - alone:
+            # The usual case: others hold a head of its blocks (hits shared with them), and the
+            # tail is its alone. The tail goes free, with a copy of its keys (a run trims them
+            # as its blocks are evicted; the request keeps its own list).
+            for b in held[:alone]:
+                ref_cnt[b] -= 1
+            freed = held[alone:]
+            for b in freed:
+                ref_cnt[b] = 0
+            keys = list(request.keys.shared_keys(alone, keyed_shared)) if freed else []
         else:
-            keys = []
+            freed = []
+            for b in held:
+                count = ref_cnt[b] - 1
+                ref_cnt[b] = count
+                if not count:
+                    freed.append(b)
+            keys = [key for b, key in zip(held, request.keys.shared_keys(0, keyed_shared)) if not ref_cnt[b]]
         keyed_private = blocks[shared:cached]
         if keyed_private:
             key_of = request.keys.key
