@@ -18,9 +18,9 @@ observations:
 - The keyed blocks one free releases enter the LRU queue as one entry (a
   `_FreedRun`), not one entry each. A prefix hit that takes a free block back
   leaves a stale copy in its run; the run tells it apart by when it was queued
-  (`serial`) against when the hit took the block (`left_queue`), only when it
-  reaches the front of the queue. So a free costs one pass over the request's
-  keyed blocks and one queue entry, and an eviction a few steps a block.
+  (`serial`) against when the hit took the block (`left_queue`), only when the
+  copy comes to be evicted. So a free costs one pass over the request's keyed
+  blocks and one queue entry, and an eviction a dictionary delete a block.
 
 So a request costs O(1) plus O(its shareable prompt blocks), not O(its blocks).
 Block ids, the free count, the LRU order of every block that can still be hit,
@@ -82,8 +82,8 @@ class KvCache:
         # with their finished request). A prefix hit takes a block out of the queue lazily:
         # `left_queue[block]` is the serial current when a hit took it while it was free, so
         # its copy in any run queued at or before that serial is stale (`stale` counts those
-        # copies). Runs sit in the queue in serial order, so the front run is the oldest:
-        # once it is filtered, its blocks' `left_queue` marks have served every copy.
+        # copies). Runs sit in the queue in serial order, so the front run is the oldest: a
+        # block taken from it still free has no other copy queued, and its mark can go.
         self.lru: deque[list[int]] = deque()
         self.serial = 0
         self.left_queue: dict[int, int] = {}
@@ -262,26 +262,38 @@ class KvCache:
         while remaining:
             entry = popleft()
             if entry.__class__ is _FreedRun:
-                part = entry if len(entry) <= remaining else entry[-remaining:]
-                # Only the blocks taken now need checking: a copy left stale further in is
-                # dropped when the rest of the run comes to be taken.
-                if left_queue and not left_queue.keys().isdisjoint(part):
-                    entry = self._drop_stale(entry)
-                    if not entry:
-                        continue
-                    part = entry if len(entry) <= remaining else entry[-remaining:]
                 keys = entry.keys
-                part_keys = keys if part is entry else keys[-len(part):]
-                if repeated and not repeated.isdisjoint(part_keys):
-                    for b, key in zip(part, part_keys):
-                        self._uncache(key, b)
-                else:   # the usual case: each of these keys has only this block
-                    for key in part_keys:
-                        del cache[key]
-                if part is not entry:
-                    del keys[-len(part):]
-            else:   # a dead run: its keys died with its request
-                part = entry if len(entry) <= remaining else entry[-remaining:]
+                serial = entry.serial
+                while remaining and entry:
+                    count = min(remaining, len(entry))
+                    part = entry[-count:]
+                    part_keys = keys[-count:]
+                    del entry[-count:]
+                    del keys[-count:]
+                    if left_queue and not left_queue.keys().isdisjoint(part):
+                        # Drop the copies of blocks a hit took since the run was queued. This is
+                        # the oldest run, so a block still free here has no other copy queued:
+                        # its mark has served and goes. Copies further in wait until taken.
+                        live = [i for i, b in enumerate(part) if left_queue.get(b, -1) < serial]
+                        self.stale -= count - len(live)
+                        part = [part[i] for i in live]
+                        part_keys = [part_keys[i] for i in live]
+                        for b in part:
+                            left_queue.pop(b, None)
+                    if repeated and not repeated.isdisjoint(part_keys):
+                        for b, key in zip(part, part_keys):
+                            self._uncache(key, b)
+                    else:   # the usual case: each of these keys has only this block
+                        for key in part_keys:
+                            del cache[key]
+                    into.extend(part)
+                    self.keyed_free -= len(part)
+                    remaining -= len(part)
+                if entry:
+                    lru.appendleft(entry)
+                continue
+            # A dead run: its keys died with its request.
+            part = entry if len(entry) <= remaining else entry[-remaining:]
             taken = len(part)
             into.extend(part)
             self.keyed_free -= taken
@@ -289,17 +301,6 @@ class KvCache:
             if part is not entry:
                 del entry[-taken:]
                 lru.appendleft(entry)
-
-    def _drop_stale(self, run: _FreedRun) -> _FreedRun:
-        """The front run without the copies of blocks a hit took since it was queued."""
-        left_queue = self.left_queue
-        serial = run.serial
-        kept = [(b, key) for b, key in zip(run, run.keys) if left_queue.get(b, -1) < serial]
-        live = _FreedRun([b for b, _ in kept], [key for _, key in kept], serial)
-        self.stale -= len(run) - len(live)
-        for b in live:   # no older run is left to hold a stale copy of these
-            left_queue.pop(b, None)
-        return live
 
     def _compact_queue(self) -> None:
         """Drop stale copies (left by hits on free blocks) once they outnumber the free blocks."""
