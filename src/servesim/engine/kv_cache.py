@@ -394,30 +394,30 @@ class KvCache:
         plain.extend(reversed(blocks[keyed_shared:shared]))
         lru = self.lru
         ref_cnt = self.ref_cnt
-        held = blocks[:keyed_shared]
-        counts = itemgetter(*held)(ref_cnt) if keyed_shared > 1 else tuple(ref_cnt[b] for b in held)
-        try:
-            alone = counts.index(1)   # the first block no other request holds
-        except ValueError:
-            alone = keyed_shared
-        if counts.count(1) == keyed_shared - alone:
-            # The usual case: others hold a head of its blocks (hits shared with them), and the
-            # tail is its alone. The tail goes free, with a copy of its keys (a run trims them
-            # as its blocks are evicted; the request keeps its own list).
-            for b in held[:alone]:
-                ref_cnt[b] -= 1
-            freed = held[alone:]
-            for b in freed:
-                ref_cnt[b] = 0
-            keys = list(request.keys.shared_keys(alone, keyed_shared)) if freed else []
-        else:
-            freed = []
-            for b in held:
-                count = ref_cnt[b] - 1
-                ref_cnt[b] = count
-                if not count:
-                    freed.append(b)
-            keys = [key for b, key in zip(held, request.keys.shared_keys(0, keyed_shared)) if not ref_cnt[b]]
+        freed: list[int] = []
+        keys: list[int] = []
+        if keyed_shared:
+            held = blocks[:keyed_shared]
+            counts = itemgetter(*held)(ref_cnt) if keyed_shared > 1 else (ref_cnt[held[0]],)
+            alone = counts.index(1) if 1 in counts else keyed_shared   # the first block it alone holds
+            if counts.count(1) == keyed_shared - alone:
+                # The usual case: others hold a head of its blocks (hits shared with them), and
+                # the tail is its alone. The tail goes free, with a copy of its keys (a run trims
+                # them as its blocks are evicted; the request keeps its own list).
+                for b in held[:alone]:
+                    ref_cnt[b] -= 1
+                if alone < keyed_shared:
+                    freed = held[alone:]
+                    for b in freed:
+                        ref_cnt[b] = 0
+                    keys = list(request.keys.shared_keys(alone, keyed_shared))
+            else:
+                for b in held:
+                    count = ref_cnt[b] - 1
+                    ref_cnt[b] = count
+                    if not count:
+                        freed.append(b)
+                keys = [key for b, key in zip(held, request.keys.shared_keys(0, keyed_shared)) if not ref_cnt[b]]
         keyed_private = blocks[shared:cached]
         if keyed_private:
             key_of = request.keys.key
