@@ -1,7 +1,7 @@
 """vLLM's paged KV cache with prefix caching, at a cost that does not grow with private blocks.
 
 The contract is `ReferenceKvCache`'s (engine/reference_kv_cache.py, vLLM 0.32's
-block pool; see docs/modeling/vllm.md). What changes is bookkeeping, in three
+block pool; see docs/modeling/vllm.md). What changes is bookkeeping, in four
 observations:
 
 - Only blocks whose content another request can share (leading prompt blocks
