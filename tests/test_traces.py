@@ -50,6 +50,9 @@ def test_vidur_with_and_without_arrivals(tmp_path):
     ('{"timestamp": 0, "input_length": 4}', "output_length must be an integer"),
     ('{"timestamp": 0, "input_length": 4, "output_length": 2, "extra": 1}', "unknown field 'extra'"),
     ('{"timestamp": 0, "input_length": 4, "output_length": 2, "hash_ids": [1, "a"]}', "hash_ids must be a list"),
+    ('{"timestamp": 0, "input_length": 4, "output_length": 2, "hash_ids": [1, true]}', "hash_ids must be a list"),
+    ('{"timestamp": 0, "input_length": 4, "output_length": 2, "hash_ids": [1, 2.0]}', "hash_ids must be a list"),
+    ('{"timestamp": 0, "input_length": 4, "output_length": 2, "hash_ids": 7}', "hash_ids must be a list"),
     ('{"timestamp": 0, "input_length": 4, ', "invalid JSON"),
 ])
 def test_bad_jsonl_line_names_file_and_line(tmp_path, line, fragment):

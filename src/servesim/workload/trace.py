@@ -99,6 +99,9 @@ _JSONL_KEYS = {"timestamp", "input_length", "output_length", "hash_ids"}
 _SERVESIM_KEYS = _JSONL_KEYS | {"request_id", "session_id"}
 
 
+_INT_TYPE = {int}
+
+
 def _read_jsonl(path: Path, fmt: str, limit: int | None) -> list[TraceRequest]:
     allowed = _SERVESIM_KEYS if fmt == "servesim-jsonl" else _JSONL_KEYS
     out: list[TraceRequest] = []
@@ -127,9 +130,8 @@ def _read_jsonl(path: Path, fmt: str, limit: int | None) -> list[TraceRequest]:
             arrival = ts * NS_PER_MS if isinstance(ts, int) else round(ts * NS_PER_MS)
             hash_ids = row.get("hash_ids")
             if hash_ids is not None:
-                if not isinstance(hash_ids, list) or any(
-                    isinstance(h, bool) or not isinstance(h, int) for h in hash_ids
-                ):
+                # Types read in C (a bool's type is bool, so true/false are refused too).
+                if not isinstance(hash_ids, list) or not set(map(type, hash_ids)) <= _INT_TYPE:
                     raise TraceError(f"{where}: hash_ids must be a list of integers")
                 hash_ids = tuple(hash_ids)
             session = row.get("session_id")
