@@ -119,11 +119,19 @@ def _drive(kv, prompts, ops):
             hits = kv.lookup(request)
             evictable = sum(1 for b in hits if kv.is_evictable(b))
             new_tokens = request.num_tokens - len(hits) * kv.block_size
+            if pick % 2:   # chunked prefill: a first chunk of 4, 8 or 12 tokens
+                new_tokens = min(new_tokens, 4 * (1 + pick % 3))
             admitted = kv.admit(request, hits, new_tokens, has_running="running" in state)
             seen.append(("admit", index, len(hits), evictable, admitted))
             if admitted:
-                request.num_computed = request.num_tokens
+                request.num_computed = len(hits) * kv.block_size + new_tokens
                 state[index] = "running"
+        elif op == "decode" and request.num_computed < request.num_tokens:   # the next prefill chunk
+            step = min(4, request.num_tokens - request.num_computed)
+            grown = kv.allocate(request, step)
+            seen.append(("prefill", index, grown))
+            if grown:
+                request.num_computed += step
         elif op == "decode":
             grown = kv.allocate(request, 1)
             seen.append(("decode", index, grown))
@@ -155,13 +163,27 @@ class _CompactingKvCache(KvCache):
         self._compact_queue()
 
 
+class _HeadCheckingKvCache(KvCache):
+    """Asserts what `cache_full_blocks` relies on: when the first key it adds is not cached,
+    none of the others is (the cache holds a head of every chain of shared keys)."""
+
+    def cache_full_blocks(self, request, num_tokens: int) -> None:
+        start = request.num_cached_blocks
+        end = min(num_tokens // self.block_size, request.keys.shared_blocks) if self.enable_caching else 0
+        if start < end:
+            keys = request.keys.shared_keys(start, end)
+            if keys[0] not in self.cache:
+                assert self.cache.keys().isdisjoint(keys), "a chain's later key is cached without its head"
+        super().cache_full_blocks(request, num_tokens)
+
+
 @settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(prompts=_PROMPTS, ops=_OPS, num_gpu_blocks=st.integers(4, 12))
 def test_fast_cache_answers_as_the_reference(prompts, ops, num_gpu_blocks):
     """Tiny pools and repeated prefixes: hits on free blocks, evictions of runs holding stale
     copies, preemptions that key private blocks, SGLang-style retractions that cut them."""
     answers = []
-    for cache in (KvCache, _CompactingKvCache, ReferenceKvCache):
+    for cache in (_HeadCheckingKvCache, _CompactingKvCache, ReferenceKvCache):
         kv = cache(num_gpu_blocks=num_gpu_blocks, block_size=4, enable_caching=True, max_model_len=64)
         answers.append(_drive(kv, prompts, ops))
     assert answers[0] == answers[2]

@@ -355,7 +355,11 @@ class KvCache:
             keys = request.keys.shared_keys(start, shared_end)
             for b in new_blocks:
                 ref_cnt[b] = 1
-            if cache.keys().isdisjoint(keys):   # the usual case: nobody else holds these contents
+            if keys[0] not in cache:
+                # The usual case: nobody else holds these contents. The cache holds a head of
+                # every chain of shared keys (blocks are keyed in order, and a chain's deeper
+                # blocks are freed, so evicted, no later than its shallower ones), so with the
+                # first key absent the rest are too (tests/test_kv_cache.py checks this).
                 cache.update(zip(keys, new_blocks))
             else:
                 for b, key in zip(new_blocks, keys):
