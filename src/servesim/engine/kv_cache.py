@@ -271,13 +271,10 @@ class KvCache:
                     del entry[-count:]
                     del keys[-count:]
                     if left_queue and not left_queue.keys().isdisjoint(part):
-                        # Drop the copies of blocks a hit took since the run was queued. This is
-                        # the oldest run, so a block still free here has no other copy queued:
-                        # its mark has served and goes. Copies further in wait until taken.
-                        live = [i for i, b in enumerate(part) if left_queue.get(b, -1) < serial]
-                        self.stale -= count - len(live)
-                        part = [part[i] for i in live]
-                        part_keys = [part_keys[i] for i in live]
+                        # This is the oldest run, so a block still free here has no other copy
+                        # queued: its mark has served and goes. Copies further in wait until taken.
+                        part, part_keys = self._still_free(part, part_keys, serial)
+                        self.stale -= count - len(part)
                         for b in part:
                             left_queue.pop(b, None)
                     if repeated and not repeated.isdisjoint(part_keys):
@@ -302,17 +299,21 @@ class KvCache:
                 del entry[-taken:]
                 lru.appendleft(entry)
 
+    def _still_free(self, blocks: list[int], keys: list[int], serial: int) -> tuple[list[int], list[int]]:
+        """Those of a run's blocks (queued at `serial`) that no hit took since, with their keys."""
+        left_queue = self.left_queue
+        live = [i for i, b in enumerate(blocks) if left_queue.get(b, -1) < serial]
+        return [blocks[i] for i in live], [keys[i] for i in live]
+
     def _compact_queue(self) -> None:
         """Drop stale copies (left by hits on free blocks) once they outnumber the free blocks."""
-        left_queue = self.left_queue
         kept: deque[list[int]] = deque()
         for entry in self.lru:
             if entry.__class__ is _FreedRun:
-                serial = entry.serial
-                pairs = [(b, key) for b, key in zip(entry, entry.keys) if left_queue.get(b, -1) < serial]
-                if not pairs:
+                blocks, keys = self._still_free(entry, entry.keys, entry.serial)
+                if not blocks:
                     continue
-                entry = _FreedRun([b for b, _ in pairs], [key for _, key in pairs], serial)
+                entry = _FreedRun(blocks, keys, entry.serial)
             kept.append(entry)
         self.lru = kept
         self.left_queue = {}
@@ -414,7 +415,9 @@ class KvCache:
                     freed = held[alone:]
                     for b in freed:
                         ref_cnt[b] = 0
-                    keys = list(request.keys.shared_keys(alone, keyed_shared))
+                    keys = request.keys.shared_keys(alone, keyed_shared)
+                    if alone == 0:   # shared_keys hands out the request's own list for the whole range
+                        keys = list(keys)
             else:
                 for b in held:
                     count = ref_cnt[b] - 1
