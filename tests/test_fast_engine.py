@@ -273,7 +273,8 @@ def test_joiners_ride_a_run_from_its_first_step(tmp_path, monkeypatch):
     # token at 10 = the pass start, so it rides a run; R1 arrives at 25, read at the end of
     # [20,30): the run is [10,30), one record. [30,40): R1's prefill (R0 decodes). R1 joins at
     # [40,50) and rides the run to R0's last (6th) token at 60: [40,60). [60,70): R1's 4th
-    # token alone. Five records, where one per join pass would make seven.
+    # token alone. Five records, where one per join pass would make seven. (The engine runs
+    # [40,70) as one run past R0's quiet finish, which it reports at 60: see below.)
     assert records == [(0, 10), (10, 30), (30, 40), (40, 60), (60, 70)]
     by_id = {r.request_id: r for r in fast.requests}
     assert [by_id[i].finish_ns // 1_000_000 for i in range(2)] == [60, 70]
@@ -282,3 +283,93 @@ def test_joiners_ride_a_run_from_its_first_step(tmp_path, monkeypatch):
     assert fast.summary["mean_itl_ms"] == pytest.approx(10.0)
     records.clear()
     assert_same(config)
+
+
+def _record_runs(monkeypatch) -> list[tuple[float, int]]:
+    """(end ms, passes) of every pass or run the engine executes."""
+    from servesim.engine.worker import Worker
+
+    records = []
+    on_pass_end = Worker.on_pass_end
+
+    def recording_on_pass_end(self, now, done):
+        records.append((done.end_ns / 1e6, done.group_steps))
+        on_pass_end(self, now, done)
+
+    monkeypatch.setattr(Worker, "on_pass_end", recording_on_pass_end)
+    return records
+
+
+@pytest.mark.parametrize("async_scheduling", [False, True])
+def test_a_run_goes_on_past_a_quiet_finish(tmp_path, monkeypatch, async_scheduling):
+    """With an open-loop client and nothing waiting, a member's last token only shrinks the
+    batch: the run goes on past it, its passes shortening as the batch does, and reports the
+    passes up to the finish as a record of their own at that pass end."""
+    records = _record_runs(monkeypatch)
+    rows = [{"timestamp": 0.0, "input_length": 4, "output_length": 3},
+            {"timestamp": 0.0, "input_length": 4, "output_length": 18}]
+    sched = {"async_scheduling": async_scheduling, "enable_prefix_caching": False, "block_size": 4,
+             "num_gpu_blocks": 64, "max_num_seqs": 8, "max_num_batched_tokens": 64, "max_model_len": 64}
+    timing = {"kind": "polynomial", "base_ms": 1.0, "per_prefill_token_ms": 0.25, "per_decode_token_ms": 0.5,
+              "per_context_token_ms": 0.0, "per_request_ms": 0.0}
+    trace = write_trace(tmp_path / "t.jsonl", rows)
+    fast = assert_same(_config(trace, sched, {"mode": "open_loop"}, 4, timing))
+    records.clear()
+    fast = servesim.simulate(_config(trace, sched, {"mode": "open_loop"}, 4, timing))
+    # Pass 1 [0,3): both prompts (1 + 0.25 * 8 ms), both first tokens. Passes 2-3 decode both
+    # (1 + 0.5 * 2 = 2 ms): [3,5), [5,7), R0's 3rd and last token at 7. Passes 4-18 decode R1
+    # alone (1.5 ms each), its 18th token at 7 + 15 * 1.5 = 29.5. One run of 17 passes.
+    assert records == [(3.0, 1), (29.5, 17)]
+    by_id = {r.request_id: r for r in fast.requests}
+    assert [by_id[i].finish_ns for i in range(2)] == [7_000_000, 29_500_000]
+    # Gaps: R0 2, 2; R1 2, 2 and 15 of 1.5: 30.5 ms over 19.
+    assert fast.summary["mean_itl_ms"] == pytest.approx(30.5 / 19)
+    worker = fast.summary["workers"][0]
+    # Requests per pass: 2, 2, 2, then 1 in each of 15: 21 over 18 passes.
+    assert worker["passes"] == 18 and worker["mean_batch_requests"] == pytest.approx(21 / 18)
+    # Blocks of 4 tokens. Pass p >= 2 computes R1's position p + 2, so R1 takes a block at
+    # passes 2, 6, 10, 14, 18 (positions 4, 8, ...); R0 has 2 from pass 2 until it is freed at
+    # the end of pass 3. KV usage is sampled at pass ends, after the pass's finished requests
+    # are freed: sync with the blocks of passes up to it, async up to the one after (committed
+    # already). Largest sample: sync 5 (end of pass 17), async 6 (pass 18's block is in). The
+    # records' samples: end of pass 1 (2, async 4: both second blocks are committed), R0's
+    # finish at 7 (R1's 2), the run's end (0).
+    assert worker["kv_utilization_max"] == pytest.approx((6 if async_scheduling else 5) / 63)
+    timeline = fast.timelines["aggregated-0"]
+    assert timeline["time_ms"] == [3.0, 7.0, 29.5]
+    assert [round(u * 63) for u in timeline["kv_utilization"]] == [4 if async_scheduling else 2, 2, 0]
+    assert timeline["running"] == [2, 2, 1]
+
+    # A closed-loop client could send its next request at R0's finish: the run stops there.
+    closed = assert_same(_config(trace, sched, {"mode": "closed_loop", "concurrency": 2}, 4, timing))
+    records.clear()
+    servesim.simulate(_config(trace, sched, {"mode": "closed_loop", "concurrency": 2}, 4, timing))
+    assert records == [(3.0, 1), (7.0, 2), (29.5, 15)]
+    assert closed.requests == fast.requests
+
+
+def test_async_run_takes_a_finish_step_successor_blocks_before_the_finish_frees_any(tmp_path, monkeypatch):
+    """Async scheduling commits step k+1 before step k's outputs come back: a block that step
+    k+1 needs is taken before a member finishing at k frees its own, even inside a run."""
+    rows = [{"timestamp": 0.0, "input_length": 8, "output_length": 1, "hash_ids": [0, 1]},   # A
+            {"timestamp": 20.0, "input_length": 4, "output_length": 3},                      # B
+            {"timestamp": 20.0, "input_length": 2, "output_length": 6},                      # C
+            {"timestamp": 100.0, "input_length": 12, "output_length": 2, "hash_ids": [0, 1, 7]}]  # H
+    sched = {"block_size": 4, "max_model_len": 20, "num_gpu_blocks": 6, "max_num_seqs": 8,
+             "max_num_batched_tokens": 64, "enable_prefix_caching": True, "async_scheduling": True}
+    config = _config(write_trace(tmp_path / "t.jsonl", rows), sched, {"mode": "open_loop"}, 4,
+                     {"kind": "fixed", "pass_ms": 10.0})
+    records = _record_runs(monkeypatch)
+    fast = assert_same(config)
+    records.clear()
+    servesim.simulate(config)
+    assert (80.0, 5) in records
+    # 5 usable blocks. [0,10): A's 2 blocks (keys 0, 1), A done; they are freed tail first, so
+    # key 1 is the oldest free block. [20,30): B's and C's prompts take the 2 fresh blocks; B's
+    # position 4, committed behind it, takes the last fresh one. Passes 2-6 [30,80) are one run
+    # (open loop, nothing waiting): B's last token at pass 3, C's until pass 6. C's position 4
+    # (pass 4) needs a block, committed at the end of pass 2, before B's 2 unkeyed blocks come
+    # back at the end of pass 3: it evicts key 1. H then finds only key 0 cached: 4 tokens (8 if
+    # the run freed B's blocks first and handed one of them to C).
+    assert [r.cached_tokens for r in fast.requests] == [0, 0, 0, 4]
+    assert [r.finish_ns // 1_000_000 for r in fast.requests] == [10, 50, 80, 120]

@@ -145,6 +145,13 @@ class Simulation:
 
     # ------------------------------------------------------------------ outputs
 
+    def push_early_record(self, t: int, worker: Worker, record: ScheduledPass) -> None:
+        """The passes of a fast-forwarded run up to a finish inside it, reported at that pass end."""
+        self.push(t, PASS_END, self._on_early_record, (worker, record))
+
+    def _on_early_record(self, _: int, arg: tuple[Worker, ScheduledPass]) -> None:
+        self.on_pass_done(*arg)
+
     def on_pass_done(self, worker: Worker, done: ScheduledPass) -> None:
         self.collector.on_pass(worker, done)
         for request in done.finished:
@@ -167,6 +174,12 @@ class Simulation:
     # ------------------------------------------------------------------ loop
 
     def run(self, progress: ProgressFn | None = None, progress_every_s: float = 0.2) -> None:
+        # A finish is quiet outside its engine when no client waits on it and no prefill
+        # worker waits for the blocks it frees: runs of decode passes may then go past it.
+        quiet = self.scheduled_arrivals and self.disaggregation is None
+        for role in self.roles.values():
+            for worker in role.workers:
+                worker.scheduler.finishes_are_quiet = quiet
         self._feed = self.client.initial()
         self._push_next_feed()
         heap = self._heap

@@ -49,6 +49,7 @@ class DecodeGroup:
         self.retired_through = 0    # members with final step <= this are no longer active
         self.seq_heap: list[tuple[int, Request]] = []  # (-seq, member), active ones, lazily cleaned
         self.final_heap: list[int] = []   # members' final steps, lazily cleaned
+        self.latest_final = 0       # the last active member's final step (0: none yet)
         self.private_blocks: list[int] = []
 
     # ------------------------------------------------------------------ membership
@@ -80,6 +81,8 @@ class DecodeGroup:
             self.seq_heap = heap = [entry for entry in heap if members.get(-entry[0]) is entry[1]]
             heapq.heapify(heap)
         heapq.heappush(self.final_heap, final)
+        if final > self.latest_final:
+            self.latest_final = final
 
     def retire_before(self, step: int) -> None:
         """Members whose last step comes before `step` are no longer scheduled."""
@@ -170,6 +173,8 @@ class DecodeGroup:
             if members is not None and member in members:
                 members.remove(member)
         del self.members[member.seq]
+        if final == self.latest_final:
+            self.latest_final = max((m.group_final for m in self.members.values()), default=0)
 
     def settle(self, member: Request, through_scheduled: int, through_done: int) -> int:
         """Write a member's implicit progress into its own counters; returns group tokens still in flight."""

@@ -132,9 +132,10 @@ class DecodeRuns:
                 high = middle - 1
         return low
 
-    def run_shape(self, decided: ScheduledPass) -> tuple[int, int]:
-        """(decoding requests, their total context) in a run's first pass."""
-        return len(decided.entries), self._run_context
+    def run_segments(self, decided: ScheduledPass, steps: int) -> list[tuple[int, int, int]]:
+        """The run's steps as (steps, decoding requests, their total context in the first):
+        one segment, as the run ends with the first request's last token."""
+        return [(steps, len(decided.entries), self._run_context)]
 
     def extend(self, decided: ScheduledPass, steps: int, durations, uniform_ns: int = 0) -> None:
         """Make `decided` stand for `steps` passes (see quiet_steps), each lasting its entry of

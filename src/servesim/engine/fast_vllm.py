@@ -20,13 +20,14 @@ identical records on random workloads.
 from __future__ import annotations
 
 from servesim.engine.decode_group import DecodeGroup
+from servesim.engine.group_runs import GroupRuns
 from servesim.engine.kv_cache import ceil_div
 from servesim.engine.passes import PassEntry, ScheduledPass
 from servesim.engine.request import Request, Status
 from servesim.engine.vllm_scheduler import VllmScheduler
 
 
-class FastVllmScheduler(VllmScheduler):
+class FastVllmScheduler(GroupRuns, VllmScheduler):
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.group = DecodeGroup(self.kv.block_size)
@@ -153,77 +154,6 @@ class FastVllmScheduler(VllmScheduler):
         self._blocked = blocked
         self._blocked_epoch = self.kv.epoch
         return blocked
-
-    # ------------------------------------------------------------------ fast-forward
-
-    def may_run(self, decided: ScheduledPass) -> bool:
-        """Could `decided` start a run (a pure group step)? quiet_steps says how long."""
-        return bool(decided.group_size) and not decided.entries
-
-    def run_shape(self, decided: ScheduledPass) -> tuple[int, int]:
-        """(decoding requests, their total context) in a run's first pass."""
-        return decided.group_size, decided.group_context
-
-    def quiet_steps(self, decided: ScheduledPass, limit: int, now: int) -> int:
-        """How many passes, starting with `decided` (starting at `now`), are identical group steps.
-
-        `decided` (a pure group step, about to start) can stand for a run of such passes
-        while nothing can change: no other running request, no admission possible
-        (nothing waiting, or its head still does not fit, or no slot, or no budget), and
-        enough free blocks for every step. The run may end with the step that gives the
-        first member its last token, never later: the pass after it decodes fewer members.
-        The caller also stops the run before any other event (an arrival) could be read.
-
-        Members that join at `decided` ride the run like the others when their previous
-        token (their first) came at `now`, as every other member's did: then each of
-        their gaps is one pass too. Otherwise their first decode is a pass of its own.
-        """
-        group = self.group
-        step = decided.group_step
-        if (decided.entries or self.running or self.transferred
-                or decided.group_size != group.active or group.step != step):
-            return 0
-        joiners = group.joined_at.get(step)
-        if joiners and not (
-            all(r.last_token_ns == now for r in joiners)
-            and (len(joiners) == group.active or group.done_end_ns == now)
-        ):
-            return 0
-        waiting = self.waiting
-        if waiting and not (
-            (waiting[0] is self._blocked and self.kv.epoch == self._blocked_epoch)
-            or self._num_running() >= self.max_num_seqs
-            or group.active >= self.max_num_batched_tokens
-        ):
-            return 0
-        cap = min(limit, group.earliest_final(step) - step + 1)
-        if cap < 2:
-            return 0
-        # The blocks of every step after the first (already allocated) must be free.
-        if not self.async_scheduling:
-            return 1 + group.steps_within(step + 1, cap - 1, self.kv.num_free)
-        # Async: the pass after the run is committed as the run starts, one pass earlier
-        # than vLLM would; its blocks must be free too, so that commit needs nothing else
-        # (counted with every member, so also with those that leave at the run's end).
-        return group.steps_within(step + 1, cap, self.kv.num_free)
-
-    def extend(self, decided: ScheduledPass, steps: int, durations, uniform_ns: int = 0) -> None:
-        """Make `decided` stand for `steps` group steps (see quiet_steps), each lasting its entry
-        of `durations`, or `uniform_ns` when `durations` is None."""
-        group = self.group
-        first = decided.group_step
-        self.kv.take(group.blocks_for_steps(first + 1, steps - 1), group.private_blocks)
-        group.step = last = first + steps - 1
-        # The reference samples KV usage at every pass end; the run is sampled at its end only,
-        # after members that leave there freed their blocks. Nothing else allocates or frees on
-        # this worker before the last step (the horizon), so usage at the end of the pass
-        # before the last is known now: every block taken, less the last step's when that
-        # step is scheduled only then (sync; async commits it one pass earlier).
-        decided.kv_peak = self.kv.num_used - (0 if self.async_scheduling else group.blocks_needed(last))
-        decided.group_steps = steps
-        decided.step_durations = durations
-        decided.bulk_gap_ns = uniform_ns
-        decided.num_tokens = group.active * steps
 
     # ------------------------------------------------------------------ exact fallback
 

@@ -26,7 +26,7 @@ class ScheduledPass:
     __slots__ = ("entries", "preempted", "num_tokens", "free_blocks", "index", "start_ns", "end_ns",
                  "delivered", "finished", "group_step", "group_size", "group_context",
                  "bulk_deliveries", "bulk_gap_ns", "group_steps", "step_durations", "load_ns", "kv_peak",
-                 "group_warm", "bulk_warmup", "late_previous_ns")
+                 "group_warm", "bulk_warmup", "late_previous_ns", "early_steps", "early_records", "kv_used")
 
     def __init__(self) -> None:
         self.entries: list[PassEntry] = []
@@ -54,6 +54,13 @@ class ScheduledPass:
         self.step_durations = None  # their durations (ns), when group_steps > 1 and they differ
         self.load_ns = 0            # KV offload: copying host-tier prefix hits back to the GPU
         self.kv_peak = 0            # a fast-forwarded run: KV blocks used at the end of its next-to-last pass
+        # A run past some members' last tokens (engine/group_runs.py) reports its passes up to
+        # each such finish as a record of their own, at that pass end: `early_records`, covering
+        # its first `early_steps` passes. Such a record knows its KV usage ahead (`kv_used`;
+        # -1: read the cache when the record is reported).
+        self.early_steps = 0
+        self.early_records: list[ScheduledPass] = []
+        self.kv_used = -1
 
     def __bool__(self) -> bool:
         return self.num_tokens > 0

@@ -208,7 +208,9 @@ class Worker:
             return steps * uniform
         # Plain ints from here: a run is often a handful of passes, where numpy calls cost more
         # than the work.
-        durations = self.timing.decode_steps_ns(*self.scheduler.run_shape(decided), steps).tolist()
+        durations = []
+        for count, batch, context in self.scheduler.run_segments(decided, steps):
+            durations += self.timing.decode_steps_ns(batch, context, count).tolist()
         ends = list(accumulate(durations))   # after `now`
         if upcoming is not None:
             steps = min(steps, bisect_left(ends, upcoming - now) + 1)
@@ -222,10 +224,15 @@ class Worker:
         decided.index = self.num_passes
         # A pass that admits host-tier prefix hits waits for their copy back to the GPU.
         duration = self.timing.duration_ns(PassShape.of(decided)) + decided.load_ns
+        decided.start_ns = now
         if self.fast_forward and not self.intake and self.scheduler.may_run(decided):
             duration = self._fast_forward(decided, now, duration) or duration
+            for record in decided.early_records:
+                self.sim.push_early_record(record.end_ns, self, record)
+                # The run's own record reports the passes after its early ones.
+                decided.start_ns = record.end_ns
+                decided.index += record.group_steps
         self.num_passes += decided.group_steps
-        decided.start_ns = now
         decided.end_ns = now + duration
         self.busy_ns += duration
         for entry in decided.entries:

@@ -41,12 +41,13 @@ class Collector:
                 gaps[gap] = gaps.get(gap, 0) + 1
             request.last_token_ns = end
         measured = done.bulk_deliveries - done.bulk_warmup
+        steps = done.group_steps - done.early_steps   # earlier passes of a run went in early records
         if measured:
             # Each gap is one pass, but the first of a request whose previous token came
             # before the run started (late): that one runs from its previous token.
             late = done.late_previous_ns
             if done.step_durations is None:   # one pass, or a run of equal passes
-                itl.add(done.bulk_gap_ns, measured * done.group_steps - len(late))
+                itl.add(done.bulk_gap_ns, measured * steps - len(late))
                 first_end = done.start_ns + done.bulk_gap_ns
             else:  # a fast-forwarded run of passes
                 itl.add_many(done.step_durations, measured - len(late))
@@ -60,7 +61,6 @@ class Collector:
             itl.add(gap, count)
         for request in done.finished:
             request.finish_ns = end
-        steps = done.group_steps
         self.num_passes += steps
         self.num_preemptions += len(done.preempted)
         batch = len(done.entries) + done.group_size
@@ -71,7 +71,7 @@ class Collector:
         stats.requests += batch * steps
         stats.tokens += done.num_tokens
         stats.preemptions += len(done.preempted)
-        stats.sample(end, worker.scheduler.kv.num_used, batch)
+        stats.sample(end, worker.scheduler.kv.num_used if done.kv_used < 0 else done.kv_used, batch)
         if done.kv_peak > stats.kv_max:
             stats.kv_max = done.kv_peak
         if self.pass_log is not None:
