@@ -225,3 +225,11 @@ def test_missing_lengths_file_is_one_sentence(tmp_path):
 
     with pytest.raises(ServesimError, match="lengths_from: .* does not exist"):
         servesim.simulate({"workload": {"synthetic": {"num_requests": 4, "lengths_from": str(tmp_path / "x.csv")}}})
+
+
+@pytest.mark.parametrize("value", [0, -3, "30", 30.0, True])
+def test_sglang_recv_interval_is_a_positive_integer(value):
+    message = _error(engine__backend="sglang", engine__workers__aggregated__scheduler={"scheduler_recv_interval": value})
+    assert "scheduler_recv_interval" in message
+    run = resolve(_load(engine__backend="sglang", engine__workers__aggregated__scheduler={"scheduler_recv_interval": 30}))
+    assert run.config.engine.workers.aggregated.scheduler.scheduler_recv_interval == 30

@@ -71,6 +71,7 @@ def as_backend(sched: dict, backend: str, data) -> dict:
             "new_token_ratio_decay": data.draw(st.sampled_from([0.0010033, 0.05])),
             # SGLang's 512-token decode reserve per request would shut these tiny pools to transfers.
             "num_reserved_decode_tokens": 0,
+            "scheduler_recv_interval": data.draw(st.sampled_from([1, 1, 3, 30])),
         }
     return {
         "tokens_per_block": sched["block_size"],

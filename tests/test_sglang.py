@@ -180,3 +180,33 @@ def test_overlap_admits_a_busy_engines_arrival_one_pass_later(tmp_path):
     assert overlap.ms(1, "first_scheduled") == 30.0 and overlap.ms(1, "first_token") == 40.0
     # An idle engine admits at once either way.
     assert overlap.ms(0, "first_scheduled") == 0.0
+
+
+def test_recv_interval_reads_arrivals_every_few_decode_passes(tmp_path):
+    # --scheduler-recv-interval 3: each loop iteration adds the weight of the batch launched
+    # last (decode 1, prefill 1000) and reads new requests once the sum reaches 3. A (20/10)
+    # alone from 0 ms; B arrives at 15. Sync: the call at 10 follows A's prefill (+1000: reads,
+    # nothing there yet, back to 0); at 20 and 30 it follows a decode (1, 2: B waits); at 40
+    # (3) it reads B, prefilled at 40-50. Overlap: the call at 10 follows the decode built
+    # behind A's prefill (1), at 20 (2), at 30 (3) reads B, whose prefill is built behind the
+    # decode running 30-40: 40-50 too. With interval 1, B's prefill runs at 20-30 (sync) or
+    # 30-40 (overlap).
+    rows = [{"timestamp": 0, "input_length": 20, "output_length": 10},
+            {"timestamp": 15, "input_length": 30, "output_length": 2}]
+    sync = sglang(tmp_path, rows, scheduler_recv_interval=3)
+    assert sync.schedule()[:6] == [{0: 20}, {0: 1}, {0: 1}, {0: 1}, {1: 30}, {0: 1, 1: 1}]
+    overlap = sglang(tmp_path, rows, scheduler_recv_interval=3, disable_overlap_schedule=False)
+    for run in (sync, overlap):
+        assert run.ms(1, "first_scheduled") == 40.0 and run.ms(1, "first_token") == 50.0
+        assert run.ms(0, "first_scheduled") == 0.0   # an idle engine's loop reads at once
+    assert sglang(tmp_path, rows).ms(1, "first_token") == 30.0
+
+
+def test_recv_interval_reads_at_once_when_nothing_runs(tmp_path):
+    # A finishes at 10 (one token); B arrives at 15 to an engine with nothing to run: its loop
+    # spins (1 per empty iteration, microseconds each) and reads B at once, prefilled at 15-25.
+    rows = [{"timestamp": 0, "input_length": 20, "output_length": 1},
+            {"timestamp": 15, "input_length": 30, "output_length": 2}]
+    for overlap in (False, True):
+        run = sglang(tmp_path, rows, scheduler_recv_interval=30, disable_overlap_schedule=not overlap)
+        assert run.ms(1, "first_scheduled") == 15.0 and run.ms(1, "first_token") == 25.0

@@ -154,6 +154,9 @@ class SglangSchedulerConfig(StrictModel):
     # P/D decode workers: decode tokens kept free per admitted request before a KV transfer may
     # take pages (the SGLANG_NUM_RESERVED_DECODE_TOKENS environment variable).
     num_reserved_decode_tokens: NonNegativeInt = 512
+    # --scheduler-recv-interval: the scheduler reads new requests only every this many loop
+    # iterations (a decode pass counts 1, a prefill pass reads at the next one; 1: every one).
+    scheduler_recv_interval: PositiveInt = 1
 
     @model_validator(mode="after")
     def _chunk_in_whole_pages(self) -> SglangSchedulerConfig:

@@ -109,6 +109,7 @@ def _policy(sched, kv, use_reference: bool):
             min_new_token_ratio=sched.min_new_token_ratio,
             new_token_ratio_decay=sched.new_token_ratio_decay,
             num_reserved_decode_tokens=sched.num_reserved_decode_tokens,
+            recv_interval=sched.scheduler_recv_interval,
             max_model_len=sched.context_length,
             overlap=sched.overlap,
         )

@@ -51,6 +51,15 @@ class SchedulerCore:
         self.incoming.pop(request.request_id, None)
         self.transferred.append(request)
 
+    def reads_arrivals(self, last_launched: ScheduledPass | None, skipped: int) -> bool:
+        """Whether a scheduler call that follows `last_launched` (the pass the engine launched
+        last; `skipped` calls inside a fast-forwarded run before it) reads the requests that
+        have arrived. vLLM and TensorRT-LLM read at every call."""
+        return True
+
+    def idle_reads(self) -> None:
+        """The engine runs nothing: its loop spins and reads arrivals at once."""
+
     def has_unfinished(self) -> bool:
         return bool(self.running) or bool(self.waiting) or bool(self.transferred)
 

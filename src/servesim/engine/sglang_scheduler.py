@@ -24,6 +24,9 @@ RETRACT_DECODE_STEPS = 20         # SGLANG_RETRACT_DECODE_STEPS
 LPM_FALLBACK_QUEUE = 128          # lpm falls back to fcfs above this many waiting requests
 
 
+PREFILL_RECV_WEIGHT = 1000        # SGLANG_SCHEDULER_RECV_SKIPPER_WEIGHT_DEFAULT (decode and idle: 1)
+
+
 class SglangScheduler(SchedulerCore):
     def __init__(
         self,
@@ -39,8 +42,11 @@ class SglangScheduler(SchedulerCore):
         max_model_len: int,
         overlap: bool,
         num_reserved_decode_tokens: int = 512,
+        recv_interval: int = 1,
     ) -> None:
         super().__init__(kv, max_model_len, overlap)
+        self.recv_interval = recv_interval
+        self.recv_counter = 0
         self.max_running_requests = max_running_requests
         self.chunked_prefill_size = chunked_prefill_size
         self.max_prefill_tokens = max_prefill_tokens
@@ -58,6 +64,30 @@ class SglangScheduler(SchedulerCore):
         # A P/D decode server's request slots: the running limit, plus twice as many for
         # requests whose KV is on its way or has arrived, when that limit is at most 32.
         self.decode_slots = max_running_requests * (3 if max_running_requests <= 32 else 1)
+
+    def reads_arrivals(self, last_launched: ScheduledPass | None, skipped: int) -> bool:
+        """SGLang's `SchedulerRecvSkipper` (`--scheduler-recv-interval`): each loop iteration adds
+        the weight of the batch launched last (a decode batch 1, one with prefill
+        PREFILL_RECV_WEIGHT) and reads new requests only once the sum reaches the interval,
+        which starts it again from 0. The `skipped` iterations inside a run launched decode
+        batches (1 each), so they move the sum round modulo the interval."""
+        interval = self.recv_interval
+        if interval <= 1:
+            return True
+        counter = (self.recv_counter + skipped) % interval
+        if last_launched is not None and not all(e.is_decode for e in last_launched.entries):
+            counter += PREFILL_RECV_WEIGHT
+        else:
+            counter += 1
+        if counter >= interval:
+            self.recv_counter = 0
+            return True
+        self.recv_counter = counter
+        return False
+
+    def idle_reads(self) -> None:
+        # With no batch each iteration adds 1 and takes microseconds: the read comes at once.
+        self.recv_counter = 0
 
     def has_unfinished(self) -> bool:
         return super().has_unfinished() or self.chunked is not None

@@ -65,6 +65,8 @@ class Worker:
         self.fast_forward = hasattr(scheduler, "quiet_steps")
         self._last_call_preempted = False
         self._arrivals_due: deque[int] = deque()   # engine arrivals routed here, not yet delivered
+        self._last_launched: ScheduledPass | None = None   # sync: the pass the last call started
+        self._run_calls = 0     # scheduler calls a fast-forwarded run stood for, not yet counted
 
     # ------------------------------------------------------------------ events
 
@@ -116,25 +118,50 @@ class Worker:
 
     def on_scheduler_call(self, now: int, _: object = None) -> None:
         self.call_pending = False
+        scheduler = self.scheduler
         if not self.async_scheduling:
-            self._read_intake(now, inclusive=True)
+            if self._last_launched is None:   # the engine ran nothing since: its loop reads at once
+                self._idle_reads()
+                reads = True
+            else:
+                reads = self._reads_arrivals(self._last_launched)
+            if reads:
+                self._read_intake(now, inclusive=True)
             first = self._schedule_nonempty()
+            if first is None and not reads and self.intake:
+                # Nothing to run: the engine's loop spins and reads what waits at once.
+                self._idle_reads()
+                self._read_intake(now, inclusive=True)
+                first = self._schedule_nonempty()
+            self._last_launched = first
             if first is not None:
                 self._start(first, now)
             return
-        self._read_intake(now, inclusive=False)
         if self.executing is None:
-            if not self.scheduler.has_unfinished():
+            self._idle_reads()   # nothing runs: the engine's loop reads at once
+            self._read_intake(now, inclusive=False)
+            if not scheduler.has_unfinished():
                 self._read_intake(now, inclusive=True)
             first = self._schedule_nonempty()
             if first is None:
                 return
             self._start(first, now)
+        elif self._reads_arrivals(self.executing):
+            self._read_intake(now, inclusive=False)
         follow = self._schedule()
         if follow:
             self.queued = follow
 
     # ------------------------------------------------------------------ internals
+
+    def _idle_reads(self) -> None:
+        self._run_calls = 0
+        self.scheduler.idle_reads()
+
+    def _reads_arrivals(self, last_launched: ScheduledPass | None) -> bool:
+        """Does this scheduler call read arrivals? Asked once per call: the backend may count calls."""
+        skipped, self._run_calls = self._run_calls, 0
+        return self.scheduler.reads_arrivals(last_launched, skipped)
 
     def _request_call(self, now: int) -> None:
         if self.call_pending:
@@ -233,6 +260,7 @@ class Worker:
                 decided.start_ns = record.end_ns
                 decided.index += record.group_steps
         self.num_passes += decided.group_steps
+        self._run_calls += decided.group_steps - 1   # one engine call per pass end inside the run
         decided.end_ns = now + duration
         self.busy_ns += duration
         for entry in decided.entries:
