@@ -10,6 +10,11 @@ backend's scheduler model (SGLang and TensorRT-LLM limits set to the same values
 disaggregated rows as prefill and decode pools of the row's sizes. Metrics cover every
 request, the first wave included, as vllm bench serve reports them.
 
+SGLang servers in InferenceMAX's launch scripts read new requests every 10 decode passes
+below 16 users and every 30 from 16 up (--scheduler-recv-interval; docs/modeling/sglang.md):
+rows from those sweeps (a dated source_file or a db-dump) get that interval. Other SGLang
+rows state no server flags and keep SGLang's default, 1.
+
 Rows from the aic-auto-gap-analysis sweeps do not state their client; as the
 calibration README advises, they are replayed with the same recipe. (A few of
 them, Llama-3.1-8B on H200 at concurrency 128 with 4,000-token prompts reporting
@@ -126,13 +131,27 @@ def load_rows(path: Path = CALIBRATION, mode: str = "agg") -> tuple[list[Row], l
     return rows, skipped
 
 
-def scheduler_settings(backend: str, batch: int, max_len: int) -> dict:
+def from_inferencemax(raw: dict) -> bool:
+    """A row of an InferenceMAX-style sweep: its source names a dated file or a database dump."""
+    return re.search(r"source_file=\d{4}-\d{2}-\d{2}|db-dump/", raw["silicon_data_source"]) is not None
+
+
+def sglang_recv_interval(row: Row) -> int:
+    """--scheduler-recv-interval of the row's SGLang server: InferenceMAX's launch scripts pass
+    10 below 16 users and 30 from 16 up; other sources state no flags (SGLang's default, 1)."""
+    if not from_inferencemax(row.raw):
+        return 1
+    return 10 if row.concurrency < 16 else 30
+
+
+def scheduler_settings(backend: str, batch: int, max_len: int, recv_interval: int = 1) -> dict:
     """The recipe's limits in each backend's own settings: batch cap, 8192-token iterations
     (or the batch, if larger), no prefix cache (the benchmark's prompts are random)."""
     tokens = max(8192, batch)
     if backend == "sglang":
         return {"max_running_requests": batch, "chunked_prefill_size": tokens, "max_prefill_tokens": tokens,
-                "context_length": max_len, "disable_radix_cache": True}
+                "context_length": max_len, "disable_radix_cache": True,
+                "scheduler_recv_interval": recv_interval}
     if backend == "trtllm":
         return {"max_batch_size": batch, "max_num_tokens": tokens, "max_seq_len": max_len,
                 "enable_chunked_context": True, "enable_block_reuse": False}
@@ -140,9 +159,9 @@ def scheduler_settings(backend: str, batch: int, max_len: int) -> dict:
             "enable_prefix_caching": False}
 
 
-def _role(shape: RoleShape, backend: str, max_len: int) -> dict:
+def _role(shape: RoleShape, backend: str, max_len: int, recv_interval: int) -> dict:
     return {"count": shape.count, "tp": shape.tp, "attention_dp": shape.attention_dp, "ep": shape.ep,
-            "scheduler": scheduler_settings(backend, shape.batch_size * shape.attention_dp, max_len)}
+            "scheduler": scheduler_settings(backend, shape.batch_size * shape.attention_dp, max_len, recv_interval)}
 
 
 def row_config(row: Row, requests_per_user: int = 10, profile: str | None = None) -> dict:
@@ -152,8 +171,10 @@ def row_config(row: Row, requests_per_user: int = 10, profile: str | None = None
     # gpt-oss ships MXFP4 experts and BF16 attention: its "fp4" rows run the checkpoint as is.
     precision = None if row.model == "gpt-oss-120b" and row.precision == "fp4" else row.precision
     max_len = row.isl + row.osl + 16
+    # The launch scripts found set it for single-node servers; disaggregated recipes do not say.
+    recv = 1 if row.roles else sglang_recv_interval(row)
     if row.roles:
-        workers = {name: _role(shape, row.backend, max_len) for name, shape in row.roles.items()}
+        workers = {name: _role(shape, row.backend, max_len, recv) for name, shape in row.roles.items()}
     else:
         # The recipe launches servers with max-num-seqs = concurrency. A few rows give a batch
         # size below concurrency / attention-DP ranks and still report TTFTs with no queueing,
@@ -161,7 +182,7 @@ def row_config(row: Row, requests_per_user: int = 10, profile: str | None = None
         # limit, so the concurrency is used.
         per_rank = max(row.batch_size, -(-row.concurrency // row.attention_dp))
         workers = {"aggregated": _role(RoleShape(1, row.tp, row.attention_dp, row.ep, per_rank),
-                                       row.backend, max_len)}
+                                       row.backend, max_len, recv)}
     return {
         "model": row.model,
         "gpu": row.gpu,
