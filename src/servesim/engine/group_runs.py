@@ -39,9 +39,6 @@ from servesim.engine.request import Request, Status
 class GroupRuns:
     """Mixin over `FastVllmScheduler`: the worker's fast-forward interface."""
 
-    # Set by the simulation: a finish changes nothing outside the engine before the next
-    # arrival (open-loop client, aggregated serving).
-    finishes_are_quiet = False
     _run_start = 0
     _run_crosses = False   # the run being planned may go on past members' last steps
 

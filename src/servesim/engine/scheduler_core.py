@@ -19,6 +19,10 @@ from servesim.engine.speculative import Speculation
 
 
 class SchedulerCore:
+    # Set by the simulation: a finish changes nothing outside the engine before the next
+    # arrival (open-loop client, aggregated serving). vLLM's fast engine then runs past it.
+    finishes_are_quiet = False
+
     def __init__(self, kv: KvCache | ReferenceKvCache, max_model_len: int, async_scheduling: bool) -> None:
         self.kv = kv
         self.max_model_len = max_model_len
