@@ -163,7 +163,7 @@ class GroupRuns:
         peak = 0                 # the sample at the end of the step before a segment's last
         segment_first = first
         segment_start_ns = start_ns
-        records = decided.early_records
+        records = decided.early_records = []
 
         def take_through(step: int) -> None:
             nonlocal taken

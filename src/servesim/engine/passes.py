@@ -59,7 +59,7 @@ class ScheduledPass:
         # its first `early_steps` passes. Such a record knows its KV usage ahead (`kv_used`;
         # -1: read the cache when the record is reported).
         self.early_steps = 0
-        self.early_records: list[ScheduledPass] = []
+        self.early_records: list[ScheduledPass] | tuple = ()
         self.kv_used = -1
 
     def __bool__(self) -> bool:

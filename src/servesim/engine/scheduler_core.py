@@ -22,6 +22,7 @@ class SchedulerCore:
     # Set by the simulation: a finish changes nothing outside the engine before the next
     # arrival (open-loop client, aggregated serving). vLLM's fast engine then runs past it.
     finishes_are_quiet = False
+    reads_every_call = True   # every scheduler call reads the arrivals (see reads_arrivals)
 
     def __init__(self, kv: KvCache | ReferenceKvCache, max_model_len: int, async_scheduling: bool) -> None:
         self.kv = kv

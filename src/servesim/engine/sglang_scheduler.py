@@ -47,6 +47,7 @@ class SglangScheduler(SchedulerCore):
         super().__init__(kv, max_model_len, overlap)
         self.recv_interval = recv_interval
         self.recv_counter = 0
+        self.reads_every_call = recv_interval <= 1
         self.max_running_requests = max_running_requests
         self.chunked_prefill_size = chunked_prefill_size
         self.max_prefill_tokens = max_prefill_tokens

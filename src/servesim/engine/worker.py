@@ -124,7 +124,7 @@ class Worker:
                 self._idle_reads()
                 reads = True
             else:
-                reads = self._reads_arrivals(self._last_launched)
+                reads = scheduler.reads_every_call or self._reads_arrivals(self._last_launched)
             if reads:
                 self._read_intake(now, inclusive=True)
             first = self._schedule_nonempty()
@@ -146,7 +146,7 @@ class Worker:
             if first is None:
                 return
             self._start(first, now)
-        elif self._reads_arrivals(self.executing):
+        elif scheduler.reads_every_call or self._reads_arrivals(self.executing):
             self._read_intake(now, inclusive=False)
         follow = self._schedule()
         if follow:
@@ -260,7 +260,8 @@ class Worker:
                 decided.start_ns = record.end_ns
                 decided.index += record.group_steps
         self.num_passes += decided.group_steps
-        self._run_calls += decided.group_steps - 1   # one engine call per pass end inside the run
+        if decided.group_steps > 1 and not self.scheduler.reads_every_call:
+            self._run_calls += decided.group_steps - 1   # one engine call per pass end inside the run
         decided.end_ns = now + duration
         self.busy_ns += duration
         for entry in decided.entries:
