@@ -82,8 +82,8 @@ class GroupRuns:
         ):
             return 0
         crosses = self.finishes_are_quiet and not waiting
-        last = group.latest_final if crosses else group.earliest_final(step)
-        cap = min(limit, last - step + 1)
+        earliest = group.earliest_final(step)   # asked either way: it prunes the heap of finals
+        cap = min(limit, (group.latest_final if crosses else earliest) - step + 1)
         if cap < 2:
             return 0
         self._run_start = now
