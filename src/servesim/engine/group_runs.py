@@ -23,9 +23,9 @@ requests before it schedules the next step; async scheduling has committed the n
 step already, so the frees come one step later in the order. Every step's blocks
 come from the blocks free when the run starts, so no step can run short; but a
 freed block can still be the next one taken (unkeyed blocks are reused first), which
-is why the order is replayed rather than summed. The worker reports each leaving
-member's completion at its own pass end (`early_finished`), so routers and records
-see it when the engine would.
+is why the order is replayed rather than summed. The passes up to each finish are
+reported as a record of their own at that pass end (`ScheduledPass.early_records`),
+so routers, records and KV samples see the finish when the engine would.
 """
 
 from __future__ import annotations
@@ -214,7 +214,9 @@ class GroupRuns:
     def _leave_early(self, step: int, end_ns: int) -> list[Request]:
         """Members whose last token comes from run step `step` (ending at `end_ns`) leave, as
         `update_from_output` would have them leave at that pass end: finished, their full
-        blocks keyed and their blocks freed, in request order."""
+        blocks keyed and their blocks freed, in request order. Not `_leave_at`: that also marks
+        the step's outputs processed (`done_step`), which they are only when the run ends,
+        and leaves a joiner's last token to its delivery, which a run makes in bulk."""
         group = self.group
         leaving = group.depart_at.pop(step)
         for member in leaving:

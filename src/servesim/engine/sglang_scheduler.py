@@ -22,8 +22,6 @@ from servesim.engine.scheduler_core import SchedulerCore
 CLIP_MAX_NEW_TOKENS = 4096        # SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION
 RETRACT_DECODE_STEPS = 20         # SGLANG_RETRACT_DECODE_STEPS
 LPM_FALLBACK_QUEUE = 128          # lpm falls back to fcfs above this many waiting requests
-
-
 PREFILL_RECV_WEIGHT = 1000        # SGLANG_SCHEDULER_RECV_SKIPPER_WEIGHT_DEFAULT (decode and idle: 1)
 
 
