@@ -14,8 +14,8 @@ from hypothesis import settings
 import servesim
 
 # The default suite draws the same examples on every run, so CI passes or fails on the
-# code alone. SERVESIM_HYPOTHESIS=explore draws fresh ones (and more, with
-# SERVESIM_HYPOTHESIS_EXAMPLES) to hunt for new failures; it found the last horizon bug.
+# code alone. SERVESIM_HYPOTHESIS=explore draws fresh ones (as many as each test asks for)
+# to hunt for new failures; run it several times. It found the last horizon bug.
 settings.register_profile("ci", derandomize=True, print_blob=True)
 settings.register_profile("explore", derandomize=False, print_blob=True)
 settings.load_profile(os.environ.get("SERVESIM_HYPOTHESIS", "ci"))

@@ -373,3 +373,54 @@ def test_async_run_takes_a_finish_step_successor_blocks_before_the_finish_frees_
     # the run freed B's blocks first and handed one of them to C).
     assert [r.cached_tokens for r in fast.requests] == [0, 0, 0, 4]
     assert [r.finish_ns // 1_000_000 for r in fast.requests] == [10, 50, 80, 120]
+
+
+def test_async_run_commits_its_follow_up_pass_at_its_second_to_last_pass_end(tmp_path, monkeypatch):
+    """Under async scheduling the engine commits the pass after a run at the run's
+    second-to-last pass end, reading what arrived by then: the run may end one pass after
+    the first pass end past an arrival, and the arrival's prefill follows it at once."""
+    rows = [{"timestamp": 0.0, "input_length": 4, "output_length": 12},    # A
+            {"timestamp": 45.0, "input_length": 4, "output_length": 2}]    # B
+    sched = {"async_scheduling": True, "enable_prefix_caching": False, "block_size": 4,
+             "num_gpu_blocks": 64, "max_num_seqs": 8, "max_num_batched_tokens": 64, "max_model_len": 64}
+    config = _config(write_trace(tmp_path / "t.jsonl", rows), sched, {"mode": "open_loop"}, 4,
+                     {"kind": "fixed", "pass_ms": 10.0})
+    records = _record_runs(monkeypatch)
+    fast = assert_same(config)
+    records.clear()
+    servesim.simulate(config)
+    # [0,10): A's prompt; the call at 0 commits A's first decode behind it. From 10, A decodes
+    # alone until B arrives at 45. The calls at 10, 20, 30 and 40 read nothing and commit
+    # A's decodes [20,30) to [50,60); the call at 50 reads B and commits [60,70) with B's
+    # prompt. So [10,60) is one run of 5 passes (not 4 and a lone pass [50,60)). Then A and B
+    # decode together from 70; B's last token at 80 is a quiet finish, and A's last (its
+    # 12th: 10, 20, ..., 120) ends the run [70,120).
+    assert records == [(10.0, 1), (60.0, 5), (70.0, 1), (120.0, 5)]
+    assert [(r.first_token_ns, r.finish_ns) for r in fast.requests] == [
+        (10_000_000, 120_000_000), (70_000_000, 80_000_000)]
+
+
+def test_a_run_takes_no_pass_past_a_finish_that_ends_after_the_next_arrival(tmp_path):
+    """The extra pass a late commit allows is not taken when the pass before it ends a member:
+    a run frees its members' blocks when it starts, and a router deciding before that pass
+    ends must still see them held."""
+    rows = [{"timestamp": 5.0, "input_length": 9, "output_length": 5},      # R0
+            {"timestamp": 6.0, "input_length": 11, "output_length": 10},    # R1
+            {"timestamp": 19.0, "input_length": 7, "output_length": 13},    # R2
+            {"timestamp": 46.0, "input_length": 10, "output_length": 12}]   # R3
+    sched = {"async_scheduling": True, "enable_prefix_caching": False, "block_size": 4,
+             "num_gpu_blocks": 64, "max_num_seqs": 8, "max_num_batched_tokens": 64, "max_model_len": 64}
+    config = _config(write_trace(tmp_path / "t.jsonl", rows), sched, {"mode": "open_loop"}, 4,
+                     {"kind": "fixed", "pass_ms": 10.0})
+    config["engine"]["workers"]["aggregated"]["count"] = 2
+    config["router"] = {"policy": "kv_aware"}
+    fast = assert_same(config)
+    # kv_aware cost: prompt blocks + blocks in use (no prefix caching). R0 goes to worker 0
+    # (a tie), R1 to worker 1 (worker 0 holds 3 blocks), R2 to worker 0 (3 against 4). On
+    # worker 0, R0's tokens come at 15, 25, ..., 55; R2's prompt runs in [35,45). At 46,
+    # R0's last pass [45,55) is running, so worker 0 holds R0's 4 blocks and R2's 3 (its
+    # position 8, committed behind): R3 costs 3 + 7 there against 3 + 4 on worker 1. Had a
+    # run [45,65) gone past R0's finish, R0's blocks would be free by 46 and R3 would go to
+    # worker 0 (3 + 3).
+    assert [r.worker for r in fast.requests] == ["aggregated-0", "aggregated-1", "aggregated-0", "aggregated-1"]
+    assert [r.finish_ns // 1_000_000 for r in fast.requests] == [55, 106, 165, 186]

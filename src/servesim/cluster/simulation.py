@@ -180,6 +180,10 @@ class Simulation:
         for role in self.roles.values():
             for worker in role.workers:
                 worker.scheduler.finishes_are_quiet = quiet
+                # Under disaggregation KV transfers and block reservations reach a decode
+                # worker between its passes too, and a run in flight cannot take those in.
+                worker.late_follow = (worker.async_scheduling and worker.scheduler.commits_follow_late
+                                      and self.disaggregation is None)
         self._feed = self.client.initial()
         self._push_next_feed()
         heap = self._heap

@@ -41,6 +41,11 @@ class GroupRuns:
 
     _run_start = 0
     _run_crosses = False   # the run being planned may go on past members' last steps
+    commits_follow_late = True
+
+    def is_final(self, step: int) -> bool:
+        """Is `step` some active member's last, inside a run that goes past finishes?"""
+        return self._run_crosses and bool(self.group.retire_at.get(step))
 
     def may_run(self, decided: ScheduledPass) -> bool:
         """Could `decided` start a run (a pure group step)? quiet_steps says how long."""

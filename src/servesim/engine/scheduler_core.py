@@ -23,6 +23,9 @@ class SchedulerCore:
     # arrival (open-loop client, aggregated serving). vLLM's fast engine then runs past it.
     finishes_are_quiet = False
     reads_every_call = True   # every scheduler call reads the arrivals (see reads_arrivals)
+    # Async scheduling: a run's follow-up pass may be committed at the run's second-to-last
+    # pass end, as the engine commits it, rather than when the run starts (engine/worker.py).
+    commits_follow_late = False
 
     def __init__(self, kv: KvCache | ReferenceKvCache, max_model_len: int, async_scheduling: bool) -> None:
         self.kv = kv

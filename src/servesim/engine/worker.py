@@ -67,6 +67,10 @@ class Worker:
         self._arrivals_due: deque[int] = deque()   # engine arrivals routed here, not yet delivered
         self._last_launched: ScheduledPass | None = None   # sync: the pass the last call started
         self._run_calls = 0     # scheduler calls a fast-forwarded run stood for, not yet counted
+        self._follow_call_ns = 0   # when the pass started last is followed by a scheduler call
+        # Async runs may commit their follow-up pass at their second-to-last pass end (see
+        # _fast_forward); set by the simulation where only arrivals can reach a worker then.
+        self.late_follow = False
 
     # ------------------------------------------------------------------ events
 
@@ -111,10 +115,11 @@ class Worker:
         self.executing = None
         self.scheduler.update_from_output(done)
         self.on_pass_done(self, done)
+        call_at = now
         if self.queued is not None:
-            self._start(self.queued, now)
+            call_at = self._start(self.queued, now)
             self.queued = None
-        self._request_call(now)
+        self._request_call(call_at)
 
     def on_scheduler_call(self, now: int, _: object = None) -> None:
         self.call_pending = False
@@ -145,7 +150,10 @@ class Worker:
             first = self._schedule_nonempty()
             if first is None:
                 return
-            self._start(first, now)
+            call_at = self._start(first, now)
+            if call_at != now:   # a run whose follow-up pass is committed late
+                self._request_call(call_at)
+                return
         elif scheduler.reads_every_call or self._reads_arrivals(self.executing):
             self._read_intake(now, inclusive=False)
         follow = self._schedule()
@@ -216,38 +224,63 @@ class Worker:
         strictly before it. Returns the run's total duration, or 0 for no run.
         """
         upcoming = self.sim.horizon(self)
+        scheduler = self.scheduler
+        # Under async scheduling the call at a pass end commits the pass after the next: a
+        # run's passes are committed by the time its third-to-last pass ends, and the pass
+        # after the run at its second-to-last pass end. When the scheduler lets that commit
+        # wait for its pass end (instead of making it as the run starts), it reads what
+        # arrived by then, so only the pass ends before it must come before the horizon: the
+        # run may take one more pass. Unless a member leaves in the pass before that extra
+        # one: its blocks are freed when the run starts, and the horizon's event (a router's
+        # decision, say) may come before that pass end, while the engine still holds them.
+        late = self.late_follow
+        ahead = 1 if late else 0
         limit = 1 << 40
         if upcoming is not None:
             # Passes that only decode get no shorter as contexts grow: an upper bound.
-            limit = (upcoming - now - 1) // first_duration + 1
+            limit = (upcoming - now - 1) // first_duration + 1 + ahead
             if limit < 2:
                 return 0
-        steps = self.scheduler.quiet_steps(decided, limit, now)
+        steps = scheduler.quiet_steps(decided, limit, now)
         if steps < 2:
             return 0
+        first = decided.group_step
         uniform = self.timing.uniform_decode_ns()
         if uniform is not None:
             if upcoming is not None:   # the pass ends now + i·uniform must come before it
-                steps = min(steps, (upcoming - now - 1) // uniform + 1)
+                bound = (upcoming - now - 1) // uniform + 1
+                if late and steps > bound and scheduler.is_final(first + bound - 1):
+                    steps = bound   # a finish must not come after the horizon: see above
+                steps = min(steps, bound + ahead)
                 if steps < 2:
                     return 0
-            self.scheduler.extend(decided, steps, None, uniform)
+            scheduler.extend(decided, steps, None, uniform)
+            if late:
+                self._follow_call_ns = now + (steps - 1) * uniform
             return steps * uniform
         # Plain ints from here: a run is often a handful of passes, where numpy calls cost more
         # than the work.
         durations = []
-        for count, batch, context in self.scheduler.run_segments(decided, steps):
+        for count, batch, context in scheduler.run_segments(decided, steps):
             durations += self.timing.decode_steps_ns(batch, context, count).tolist()
         ends = list(accumulate(durations))   # after `now`
         if upcoming is not None:
-            steps = min(steps, bisect_left(ends, upcoming - now) + 1)
+            bound = bisect_left(ends, upcoming - now) + 1
+            if late and steps > bound and scheduler.is_final(first + bound - 1):
+                steps = bound   # a finish must not come after the horizon: see above
+            steps = min(steps, bound + ahead)
             if steps < 2:
                 return 0
             del durations[steps:]
-        self.scheduler.extend(decided, steps, durations)
+        scheduler.extend(decided, steps, durations)
+        if late:
+            self._follow_call_ns = now + ends[steps - 2]
         return ends[steps - 1]
 
-    def _start(self, decided: ScheduledPass, now: int) -> None:
+    def _start(self, decided: ScheduledPass, now: int) -> int:
+        """Start `decided` at `now` (perhaps as a run); returns when the engine next calls
+        the scheduler: now, or for a run under async scheduling its second-to-last pass end."""
+        self._follow_call_ns = now
         decided.index = self.num_passes
         # A pass that admits host-tier prefix hits waits for their copy back to the GPU.
         duration = self.timing.duration_ns(PassShape.of(decided)) + decided.load_ns
@@ -269,3 +302,4 @@ class Worker:
                 entry.request.first_scheduled_ns = now
         self.executing = decided
         self.sim.push_pass_end(decided.end_ns, self, decided)
+        return self._follow_call_ns
