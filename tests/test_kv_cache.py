@@ -149,9 +149,19 @@ def _drive(kv, prompts, ops):
             state[index] = "waiting"
         # Shareable contents cached (keys > 0): what later hits can find. Private keys differ
         # by design: the fast cache gives them only at a preemption.
-        seen.append(("free blocks", kv.num_free, sorted(key for key in kv.cache if key > 0)))
+        seen.append(("free blocks", kv.num_free, _shared_cached_keys(kv)))
     seen.append(("router view", [kv.cached_prefix_blocks(r.keys) for r in requests]))
     return seen
+
+
+def _shared_cached_keys(kv) -> list[int]:
+    """Every shareable content key the cache holds, sorted."""
+    if not isinstance(kv, KvCache):
+        return sorted(key for key in kv.cache if key > 0)
+    keys = [(node << 32) + chunk.first_end + i * kv.block_size
+            for node, chunk in kv.chunks.items() for i in range(len(chunk))]
+    assert set(kv.extra) <= set(keys), "a second copy of a key the chunks do not hold"
+    return sorted(keys)
 
 
 class _CompactingKvCache(KvCache):
@@ -164,17 +174,23 @@ class _CompactingKvCache(KvCache):
 
 
 class _HeadCheckingKvCache(KvCache):
-    """Asserts what `cache_full_blocks` relies on: when the first key it adds is not cached,
-    none of the others is (the cache holds a head of every chain of shared keys)."""
+    """Checks what the chunks rely on after every insertion and eviction: each holds a
+    non-empty head of its prefix id's blocks, no block twice, and every second copy of a
+    key sits beside a first."""
+
+    def _check(self) -> None:
+        held = [b for chunk in self.chunks.values() for b in chunk]
+        held += [b for copies in self.extra.values() for b in copies]
+        assert all(self.chunks.values()) and len(held) == len(set(held))
+        _shared_cached_keys(self)
 
     def cache_full_blocks(self, request, num_tokens: int) -> None:
-        start = request.num_cached_blocks
-        end = min(num_tokens // self.block_size, request.keys.shared_blocks) if self.enable_caching else 0
-        if start < end:
-            keys = request.keys.shared_keys(start, end)
-            if keys[0] not in self.cache:
-                assert self.cache.keys().isdisjoint(keys), "a chain's later key is cached without its head"
         super().cache_full_blocks(request, num_tokens)
+        self._check()
+
+    def take(self, count: int, into: list[int]) -> None:
+        super().take(count, into)
+        self._check()
 
 
 @settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])

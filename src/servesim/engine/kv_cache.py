@@ -20,9 +20,17 @@ observations:
   leaves a stale copy in its run; the run tells it apart by when it was queued
   (`serial`) against when the hit took the block (`left_queue`), only when the
   copy comes to be evicted. So a free costs one pass over the request's keyed
-  blocks and one queue entry, and an eviction a dictionary delete a block.
+  blocks and one queue entry.
+- A shareable block's key is (the interned hash_id prefix holding its last token,
+  its end), and a chain's keys are cached as a head of the chain (blocks are keyed
+  in order, and a chain's deeper blocks are evicted no earlier than its shallower
+  ones). So the cached blocks of one prefix id's run of blocks (`BlockKeys.chunk_spans`;
+  32 blocks of 16 tokens for a trace block of 512) are always a head of that run: they
+  are kept as one list per prefix id (`_Chunk`). A hit, an insertion and the eviction
+  of a run's tail cost a step per prefix id, not a dictionary operation per block.
 
-So a request costs O(1) plus O(its shareable prompt blocks), not O(its blocks).
+So a request costs O(1) plus O(its shareable prompt blocks) in list work, not O(its
+blocks), and O(its prefix ids) in dictionary work.
 Block ids, the free count, the LRU order of every block that can still be hit,
 and therefore every prefix hit and every eviction are the same as the reference's.
 """
@@ -33,6 +41,9 @@ from collections import deque
 from operator import itemgetter
 
 from servesim.engine.request import Request
+from servesim.workload.prompt import _END_BITS
+
+_END_MASK = (1 << _END_BITS) - 1
 
 
 def ceil_div(a: int, b: int) -> int:
@@ -51,6 +62,14 @@ class _FreedRun(list):
         super().__init__(blocks)
         self.keys = keys
         self.serial = serial
+
+
+class _Chunk(list):
+    """The cached blocks of one prefix id's shared blocks (`BlockKeys.chunk_spans`), in block
+    order: always a head of them, since a chain's keys are cached as a head. `first_end` is
+    the end of the first one, whose key is the prefix id's base plus it."""
+
+    __slots__ = ("first_end",)
 
 
 class KvCache:
@@ -89,6 +108,14 @@ class KvCache:
         self.left_queue: dict[int, int] = {}
         self.stale = 0
         self.keyed_free = 0
+        # Shareable contents, by prefix id: the blocks holding the head of its shared blocks
+        # that is cached, so a prompt's hit or insertion costs one step per prefix id, not
+        # per block. A key held by more blocks than one (two requests computed it before
+        # either cached it) has the first in its chunk and the others in `extra`, in the order
+        # they were cached (a hit takes the first; an eviction of it promotes the next).
+        self.chunks: dict[int, _Chunk] = {}
+        self.extra: dict[int, list[int]] = {}
+        # A request's own contents (negative keys), cached at a preemption only.
         self.cache: dict[int, int | list[int]] = {}  # key -> block(s) holding it, in insertion order
         self.repeated: set[int] = set()   # keys two or more blocks hold (their entry is a list)
         self.epoch = 0   # bumped when blocks are freed or keys inserted (see FastVllmScheduler)
@@ -107,15 +134,23 @@ class KvCache:
         if not self.enable_caching:
             return []
         hits: list[int] = []
-        get = self.cache.get
         keys = request.keys
         limit = (request.num_tokens - 1) // self.block_size
         shared = min(limit, keys.shared_blocks)
-        for key in keys.shared_keys(0, shared):
-            entry = get(key)
-            if entry is None:
-                return hits
-            hits.append(entry if entry.__class__ is int else entry[0])
+        if shared:
+            chunks = self.chunks
+            for node, first, stop, _ in keys.chunk_spans():
+                if first >= shared:
+                    break
+                chunk = chunks.get(node)
+                if chunk is None:
+                    return hits
+                wanted = min(stop, shared) - first
+                if len(chunk) < wanted:   # the cached head ends inside this prefix id's blocks
+                    hits += chunk
+                    return hits
+                hits += chunk[:wanted]
+        get = self.cache.get
         for j in range(shared, limit):   # own blocks, cached before a preemption
             entry = get(keys.key(j))
             if entry is None:
@@ -130,12 +165,15 @@ class KvCache:
         """How many leading blocks of a prompt (its shareable keys) this cache holds: a router's view."""
         if not self.enable_caching or keys is None or not keys.shared_blocks:
             return 0
-        cache = self.cache
+        chunks = self.chunks
         count = 0
-        for key in keys.shared_keys(0, keys.shared_blocks):
-            if key not in cache:
+        for node, first, stop, _ in keys.chunk_spans():
+            chunk = chunks.get(node)
+            if chunk is None:
                 break
-            count += 1
+            if len(chunk) < stop - first:
+                return count + len(chunk)
+            count += stop - first
         return count
 
     # ------------------------------------------------------------------ allocation
@@ -255,8 +293,6 @@ class KvCache:
         if not remaining:
             return
         lru = self.lru
-        cache = self.cache
-        repeated = self.repeated
         popleft = lru.popleft
         left_queue = self.left_queue
         while remaining:
@@ -277,12 +313,8 @@ class KvCache:
                         self.stale -= count - len(part)
                         for b in part:
                             left_queue.pop(b, None)
-                    if repeated and not repeated.isdisjoint(part_keys):
-                        for b, key in zip(part, part_keys):
-                            self._uncache(key, b)
-                    else:   # the usual case: each of these keys has only this block
-                        for key in part_keys:
-                            del cache[key]
+                    if part:
+                        self._evict(part, part_keys)
                     into.extend(part)
                     self.keyed_free -= len(part)
                     remaining -= len(part)
@@ -319,7 +351,53 @@ class KvCache:
         self.left_queue = {}
         self.stale = 0
 
+    def _evict(self, blocks: list[int], keys: list[int]) -> None:
+        """Drop the keys of evicted blocks: a run's deepest, in block order, with their keys."""
+        if keys[-1] > 0 and (not self.extra or self.extra.keys().isdisjoint(keys)):
+            # The usual case: shareable contents each held by this block alone. The deepest
+            # blocks of a chain go first, so each prefix id's chunk loses its tail: one slice
+            # a prefix id, checked against the blocks (a block holds one key).
+            chunks = self.chunks
+            block_size = self.block_size
+            end = len(keys)
+            while end:
+                key = keys[end - 1]
+                node = key >> _END_BITS
+                chunk = chunks[node]
+                last = ((key & _END_MASK) - chunk.first_end) // block_size
+                count = min(end, last + 1)
+                if last != len(chunk) - 1 or chunk[last + 1 - count:] != blocks[end - count:end]:
+                    break   # not a tail of one chunk: key by key below
+                if count == len(chunk):
+                    del chunks[node]
+                else:
+                    del chunk[last + 1 - count:]
+                end -= count
+            else:
+                return
+            blocks, keys = blocks[:end], keys[:end]
+        for block, key in zip(reversed(blocks), reversed(keys)):   # deepest first
+            self._uncache(key, block)
+
     def _uncache(self, key: int, block: int) -> None:
+        if key > 0:
+            chunk = self.chunks[key >> _END_BITS]
+            index = ((key & _END_MASK) - chunk.first_end) // self.block_size
+            copies = self.extra.get(key)
+            if copies is None:
+                assert index == len(chunk) - 1 and chunk[index] == block, "a chain's head is evicted before its tail"
+                if index:
+                    chunk.pop()
+                else:
+                    del self.chunks[key >> _END_BITS]
+                return
+            if chunk[index] == block:
+                chunk[index] = copies.pop(0)
+            else:
+                copies.remove(block)
+            if not copies:
+                del self.extra[key]
+            return
         entry = self.cache[key]
         if entry.__class__ is int:
             del self.cache[key]
@@ -347,24 +425,40 @@ class KvCache:
         start = request.num_cached_blocks
         if full <= start:
             return
-        shared_end = min(full, request.keys.shared_blocks)
+        keys = request.keys
+        shared_end = min(full, keys.shared_blocks)
         if start < shared_end:
             blocks = request.blocks
             ref_cnt = self.ref_cnt
-            cache = self.cache
-            new_blocks = blocks[start:shared_end]
-            keys = request.keys.shared_keys(start, shared_end)
-            for b in new_blocks:
+            for b in blocks[start:shared_end]:
                 ref_cnt[b] = 1
-            if keys[0] not in cache:
-                # The usual case: nobody else holds these contents. The cache holds a head of
-                # every chain of shared keys (blocks are keyed in order, and a chain's deeper
-                # blocks are freed, so evicted, no later than its shallower ones), so with the
-                # first key absent the rest are too (tests/test_kv_cache.py checks this).
-                cache.update(zip(keys, new_blocks))
-            else:
-                for b, key in zip(new_blocks, keys):
-                    self._insert(key, b)
+            chunks = self.chunks
+            for node, first, stop, first_end in keys.chunk_spans():
+                if stop <= start:
+                    continue
+                if first >= shared_end:
+                    break
+                low, high = max(start, first), min(shared_end, stop)
+                chunk = chunks.get(node)
+                if chunk is None:
+                    # Nobody holds these contents. Blocks are keyed in order and a chain's
+                    # deeper blocks are evicted no earlier than its shallower ones, so the
+                    # cache holds a head of every chain: this request's earlier blocks of
+                    # the prefix id would be in it.
+                    assert low == first, "a chain's later key is cached without its head"
+                    chunk = chunks[node] = _Chunk(blocks[low:high])
+                    chunk.first_end = first_end
+                    continue
+                cached = first + len(chunk)
+                assert cached >= low, "a chain's later key is cached without its head"
+                if cached > low:   # contents other blocks hold too: vLLM keeps every copy
+                    base = node << _END_BITS
+                    size = self.block_size
+                    extra = self.extra
+                    for j in range(low, min(cached, high)):
+                        extra.setdefault(base + (j + 1) * size, []).append(blocks[j])
+                if high > cached:
+                    chunk += blocks[max(low, cached):high]
             self.epoch += 1
         request.num_cached_blocks = full
 

@@ -85,7 +85,8 @@ class PrefixInterner:
 class BlockKeys:
     """Content keys of one request's engine blocks (see the module docstring)."""
 
-    __slots__ = ("_prefix_ids", "shared_blocks", "_unique_base", "_block_size", "_trace_block_size", "_shared")
+    __slots__ = ("_prefix_ids", "shared_blocks", "_unique_base", "_block_size", "_trace_block_size", "_shared",
+                 "_spans")
 
     def __init__(
         self,
@@ -100,6 +101,7 @@ class BlockKeys:
         self._trace_block_size = trace_block_size
         self._unique_base = -(request_id << _END_BITS) - 1
         self._shared: list[int] | None = None
+        self._spans: list[tuple[int, int, int, int]] | None = None
         if hash_ids:
             covered = min(input_length, len(hash_ids) * trace_block_size)
             needed = -(-(covered // block_size) * block_size // trace_block_size)
@@ -128,17 +130,17 @@ class BlockKeys:
             return self._prefix_ids[trace_blocks - 1] * _MAX_END + end
         return self._unique_base - block_index
 
-    def shared_keys(self, start: int, stop: int) -> list[int]:
-        """Keys of blocks start .. stop-1, all below `shared_blocks` (computed once per request:
-        the router asks for them on every worker, the cache again at admission)."""
-        shared = self._shared
-        if shared is None:
-            # Block j ends at (j+1)·size, inside trace block ceil(end / trace) - 1: each trace
-            # block's keys are one arithmetic run (its prefix id's base plus the ends in it).
+    def chunk_spans(self) -> list[tuple[int, int, int, int]]:
+        """The shared blocks grouped by the prefix id their keys carry, in order: (prefix id,
+        first block, block after the last, the first block's end). Block j's key is the id
+        of the trace block holding its last token, so each group is a run of blocks, the
+        same run for every request whose prompt reaches that prefix (computed once)."""
+        spans = self._spans
+        if spans is None:
+            # Block j ends at (j+1)·size, inside trace block ceil(end / trace) - 1.
             size, trace = self._block_size, self._trace_block_size
             last_end = self.shared_blocks * size
-            shared = self._shared = []
-            extend = shared.extend
+            spans = self._spans = []
             for i, node in enumerate(self._prefix_ids):
                 low = (i * trace // size + 1) * size    # the first block end past i·trace
                 high = min((i + 1) * trace, last_end)
@@ -146,8 +148,21 @@ class BlockKeys:
                     if low > last_end:
                         break
                     continue
+                spans.append((node, low // size - 1, high // size, low))
+        return spans
+
+    def shared_keys(self, start: int, stop: int) -> list[int]:
+        """Keys of blocks start .. stop-1, all below `shared_blocks` (computed once per request:
+        the router asks for them on every worker, the cache again at admission)."""
+        shared = self._shared
+        if shared is None:
+            # Each group's keys are one arithmetic run: its prefix id's base plus the ends in it.
+            size = self._block_size
+            shared = self._shared = []
+            extend = shared.extend
+            for node, first, stop_block, first_end in self.chunk_spans():
                 base = node * _MAX_END
-                extend(range(base + low, base + high + 1, size))
+                extend(range(base + first_end, base + stop_block * size + 1, size))
         if start == 0 and stop == len(shared):
             return shared
         return shared[start:stop]
