@@ -314,3 +314,31 @@ def test_free_with_a_shared_block_after_an_unshared_one(cache):
     kv.free(r)
     assert kv.num_free == 11
     assert len(kv.lookup(request(3, (0, 1), 16))) == 3
+
+
+@pytest.mark.parametrize("cache", [KvCache, ReferenceKvCache])
+def test_a_key_three_blocks_hold_passes_to_the_earliest_copy_left(cache):
+    """vLLM keeps every block that holds a content (`cached_block_hash_to_block`), and a hit
+    takes the first cached of them: when that one is evicted, the next cached takes over.
+
+    Block size 4, hash_ids of 8 tokens: a prompt of 8 tokens is two shareable blocks."""
+    kv = cache(num_gpu_blocks=12, block_size=4, enable_caching=True, max_model_len=64)
+    interner = PrefixInterner()
+
+    def request(request_id, prompt_len=8):
+        return Request(request_id, 0, 0, prompt_len, 4, 4, BlockKeys(request_id, prompt_len, (0,), 4, 8, interner))
+
+    # Three requests computing the same prompt, admitted before any of it was cached (no
+    # hits): each key is held by three blocks, cached in the order a, b, c.
+    a, b, c = request(0), request(1), request(2)
+    for r in (a, b, c):
+        assert kv.admit(r, [], 8, has_running=False)
+        r.num_computed = 8
+    first_blocks = [r.blocks[0] for r in (a, b, c)]
+    for r in (a, b, c):
+        kv.free(r)            # queue: the 5 blocks never used, then a1 a0 | b1 b0 | c1 c0
+    assert kv.num_free == 11
+    taken: list[int] = []
+    kv.take(5 + 2, taken)     # the 5 never used, then a1 and a0
+    # A hit on the first block now takes b's copy, the earliest cached of those left.
+    assert kv.lookup(request(3, 5)) == [first_blocks[1]]
