@@ -277,9 +277,15 @@ class KvCache:
         if count <= 0:
             return
         plain = self.free_plain
-        from_plain = min(count, len(plain))
+        if count <= len(plain):   # the usual case once the pool has cycled: freed unkeyed blocks
+            into.extend(plain[-count:])
+            del plain[-count:]
+            return
+        from_plain = len(plain)
         remaining = count - from_plain
-        fresh = min(remaining, self.num_blocks - self.fresh_next)
+        fresh = self.num_blocks - self.fresh_next
+        if remaining < fresh:
+            fresh = remaining
         if fresh:
             # The fresh ids lie below every freed block in the plain queue.
             first = self.fresh_next
