@@ -129,9 +129,16 @@ def test_fast_matches_reference_disaggregated(tmp_path, scenario, timing, first_
     sched = as_backend(sched, backend, data)
     config = _config(trace, sched, client, trace_block_size, timing)
     config["engine"]["backend"] = backend
-    config["engine"]["workers"] = {"prefill": {"count": 2, "scheduler": dict(sched)},
-                                   "decode": {"count": 2, "scheduler": dict(sched)}}
-    config["engine"]["kv_transfer"] = {"bandwidth_gb_s": 50.0, "latency_ms": 0.5, "first_token_from": first_token_from}
+    # Slow transfers keep prefill workers holding blocks (and idle until one completes), so
+    # a decode worker's horizon must count handoffs woken by other workers' transfers.
+    prefill_sched = dict(sched)
+    if backend == "vllm" and data.draw(st.booleans()):
+        prefill_sched["num_gpu_blocks"] = max(8, sched["max_model_len"] // sched["block_size"] + 2)
+    config["engine"]["workers"] = {"prefill": {"count": data.draw(st.sampled_from([1, 2])), "scheduler": prefill_sched},
+                                   "decode": {"count": data.draw(st.sampled_from([2, 3])), "scheduler": dict(sched)}}
+    latency_ms, bandwidth_gb_s = data.draw(st.sampled_from([(0.5, 50.0), (17.0, 1.0), (55.0, 0.001)]))
+    config["engine"]["kv_transfer"] = {"bandwidth_gb_s": bandwidth_gb_s, "latency_ms": latency_ms,
+                                       "first_token_from": first_token_from}
     config["router"] = {"policy": policy}
     config["engine"]["tokenization_ms"] = tokenization_ms
     assert_same(config)
@@ -424,3 +431,39 @@ def test_a_run_takes_no_pass_past_a_finish_that_ends_after_the_next_arrival(tmp_
     # worker 0 (3 + 3).
     assert [r.worker for r in fast.requests] == ["aggregated-0", "aggregated-1", "aggregated-0", "aggregated-1"]
     assert [r.finish_ns // 1_000_000 for r in fast.requests] == [55, 106, 165, 186]
+
+
+def test_a_decode_run_stops_for_a_handoff_that_another_workers_transfer_makes_possible(tmp_path):
+    """A decode worker's run stops before a handoff can reach it, including one that a KV
+    transfer to another decode worker makes possible by waking an idle prefill worker.
+    (A horizon counting only the handoffs round robin sends here passed every other test
+    while ignoring that wake-up; it was not kept, as it saved no measurable time.)"""
+    rows = [{"timestamp": 1.0, "input_length": 16, "output_length": 34},    # R0
+            {"timestamp": 52.0, "input_length": 16, "output_length": 31},   # R1
+            {"timestamp": 52.0, "input_length": 7, "output_length": 8},     # R2
+            {"timestamp": 93.0, "input_length": 10, "output_length": 23},   # R3
+            {"timestamp": 94.0, "input_length": 14, "output_length": 4},    # R4
+            {"timestamp": 126.0, "input_length": 7, "output_length": 33},   # R5
+            {"timestamp": 153.0, "input_length": 5, "output_length": 6}]    # R6
+    sched = {"async_scheduling": False, "enable_prefix_caching": False, "block_size": 4, "num_gpu_blocks": 12,
+             "max_num_seqs": 4, "max_num_batched_tokens": 16, "max_model_len": 40, "enable_chunked_prefill": True}
+    config = _config(write_trace(tmp_path / "t.jsonl", rows), sched, {"mode": "open_loop"}, 4,
+                     {"kind": "fixed", "pass_ms": 10.0})
+    config["engine"]["workers"] = {"prefill": {"count": 1, "scheduler": dict(sched)},
+                                   "decode": {"count": 3, "scheduler": dict(sched)}}
+    # About 2 s per transfer (55 ms + 1-2 MB at 1 MB/s): the prefill worker's 11 blocks stay
+    # held by prompts in flight, and it idles with requests waiting.
+    config["engine"]["kv_transfer"] = {"latency_ms": 55.0, "bandwidth_gb_s": 0.001, "first_token_from": "decode"}
+    config["router"] = {"policy": "round_robin"}
+    fast = assert_same(config)
+    # R0, R3 and R6 go to decode-0. At 2173 decode-0 starts decoding R0, and R5 will go to
+    # decode-2 before R6 comes here. The prefill worker is idle, R5 and R6 waiting: R1's, R3's
+    # and R4's prompts hold its 11 blocks until their transfers complete. R1's, to decode-1,
+    # completes first, at 2214.152; the prefill worker then prefills R5 and R6 in
+    # [2214.152, 2224.152) and hands R6 over at its end. Decode-0's run must not go past that
+    # pass end: a run takes its later passes' blocks when it starts, which would leave R6's
+    # transfer no room to start at 2224.152.
+    by_id = {r.request_id: r for r in fast.requests}
+    assert [by_id[i].worker for i in (0, 3, 6)] == ["decode-0"] * 3
+    assert by_id[1].transfer_end_ns == 2_214_152_000
+    assert by_id[6].transfer_start_ns == 2_224_152_000
