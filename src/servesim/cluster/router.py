@@ -27,7 +27,9 @@ class Router:
         self.overlap_weight = cfg.overlap_weight
         self.workers = workers
         self._next = 0
-        self._rng = rng_for(root_seed if cfg.seed is None else cfg.seed, purpose)
+        self._seed = root_seed if cfg.seed is None else cfg.seed
+        self._purpose = purpose
+        self._rng = None   # made on the first random choice: numpy.random costs start-up time
         self.outstanding = [0] * len(workers)
 
     def choose(self, input_length: int, output_length: int, keys_for=None) -> int:
@@ -40,6 +42,8 @@ class Router:
             self._next = (index + 1) % n
             return index
         if self.policy == "random":
+            if self._rng is None:
+                self._rng = rng_for(self._seed, self._purpose)
             return int(self._rng.integers(n))
         if self.policy == "least_outstanding":
             return min(range(n), key=lambda i: (self.outstanding[i], i))

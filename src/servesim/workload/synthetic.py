@@ -20,14 +20,16 @@ from servesim.workload.trace import TraceRequest, load_trace
 BLOCK = 65536
 
 
-def _draw(length: int | LengthRange, count: int, rng: np.random.Generator) -> np.ndarray:
+def _draw(length: int | LengthRange, count: int, rng: np.random.Generator | None) -> np.ndarray:
     if isinstance(length, int):
         return np.full(count, length, dtype=np.int64)
     return rng.integers(length.min, length.max, size=count, endpoint=True, dtype=np.int64)
 
 
 def generate(cfg: SyntheticConfig, root_seed: int, lengths_path: Path | None = None) -> Iterator[TraceRequest]:
-    rng = rng_for(root_seed if cfg.seed is None else cfg.seed, "synthetic")
+    fixed = lengths_path is None and isinstance(cfg.input_length, int) and isinstance(cfg.output_length, int)
+    # Fixed lengths draw nothing, and numpy.random costs start-up time.
+    rng = None if fixed else rng_for(root_seed if cfg.seed is None else cfg.seed, "synthetic")
     source_in = source_out = None
     if lengths_path is not None:
         source, _ = load_trace(lengths_path, cfg.lengths_format)
