@@ -37,6 +37,7 @@ and therefore every prefix hit and every eviction are the same as the reference'
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections import deque
 from operator import itemgetter
 
@@ -44,6 +45,7 @@ from servesim.engine.request import Request
 from servesim.workload.prompt import _END_BITS
 
 _END_MASK = (1 << _END_BITS) - 1
+_SPAN_FIRST = itemgetter(1)   # a span's first block (BlockKeys.chunk_spans)
 
 
 def ceil_div(a: int, b: int) -> int:
@@ -439,9 +441,10 @@ class KvCache:
             for b in blocks[start:shared_end]:
                 ref_cnt[b] = 1
             chunks = self.chunks
-            for node, first, stop, first_end in keys.chunk_spans():
-                if stop <= start:
-                    continue
+            spans = keys.chunk_spans()
+            # Chunked prefill keys a long prompt a piece at a time: start at the piece's span.
+            for index in range(bisect_right(spans, start, key=_SPAN_FIRST) - 1, len(spans)):
+                node, first, stop, first_end = spans[index]
                 if first >= shared_end:
                     break
                 low, high = max(start, first), min(shared_end, stop)
