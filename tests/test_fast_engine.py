@@ -56,6 +56,12 @@ def assert_same(config):
     return fast
 
 
+def _open_loop_10ms(tmp_path, rows, sched):
+    """`rows` as a trace (trace blocks of 4 tokens) sent open loop, on fixed 10 ms passes."""
+    return _config(write_trace(tmp_path / "t.jsonl", rows), sched, {"mode": "open_loop"}, 4,
+                   {"kind": "fixed", "pass_ms": 10.0})
+
+
 TIMINGS = st.sampled_from([
     {"kind": "fixed", "pass_ms": 10.0},
     {"kind": "polynomial", "base_ms": 1.5, "per_prefill_token_ms": 0.01, "per_decode_token_ms": 0.02,
@@ -273,8 +279,7 @@ def test_joiners_ride_a_run_from_its_first_step(tmp_path, monkeypatch):
             {"timestamp": 25.0, "input_length": 4, "output_length": 4}]
     sched = {"async_scheduling": False, "enable_prefix_caching": False, "block_size": 4, "num_gpu_blocks": 64,
              "max_num_seqs": 8, "max_num_batched_tokens": 64, "max_model_len": 64}
-    config = _config(write_trace(tmp_path / "t.jsonl", rows), sched, {"mode": "open_loop"}, 4,
-                     {"kind": "fixed", "pass_ms": 10.0})
+    config = _open_loop_10ms(tmp_path, rows, sched)
     fast = servesim.simulate(config)
     # Fixed 10 ms passes. [0,10): R0's prefill, its 1st token. R0 joins at [10,20) with its
     # token at 10 = the pass start, so it rides a run; R1 arrives at 25, read at the end of
@@ -305,6 +310,15 @@ def _record_runs(monkeypatch) -> list[tuple[float, int]]:
 
     monkeypatch.setattr(Worker, "on_pass_end", recording_on_pass_end)
     return records
+
+
+def _runs_of(config, monkeypatch) -> tuple:
+    """The fast engine's result (checked against the reference's) and its (end ms, passes) records."""
+    records = _record_runs(monkeypatch)
+    fast = assert_same(config)
+    records.clear()   # assert_same ran the reference too
+    servesim.simulate(config)
+    return fast, records
 
 
 @pytest.mark.parametrize("async_scheduling", [False, True])
@@ -364,12 +378,8 @@ def test_async_run_takes_a_finish_step_successor_blocks_before_the_finish_frees_
             {"timestamp": 100.0, "input_length": 12, "output_length": 2, "hash_ids": [0, 1, 7]}]  # H
     sched = {"block_size": 4, "max_model_len": 20, "num_gpu_blocks": 6, "max_num_seqs": 8,
              "max_num_batched_tokens": 64, "enable_prefix_caching": True, "async_scheduling": True}
-    config = _config(write_trace(tmp_path / "t.jsonl", rows), sched, {"mode": "open_loop"}, 4,
-                     {"kind": "fixed", "pass_ms": 10.0})
-    records = _record_runs(monkeypatch)
-    fast = assert_same(config)
-    records.clear()
-    servesim.simulate(config)
+    config = _open_loop_10ms(tmp_path, rows, sched)
+    fast, records = _runs_of(config, monkeypatch)
     assert (80.0, 5) in records
     # 5 usable blocks. [0,10): A's 2 blocks (keys 0, 1), A done; they are freed tail first, so
     # key 1 is the oldest free block. [20,30): B's and C's prompts take the 2 fresh blocks; B's
@@ -390,12 +400,8 @@ def test_async_run_commits_its_follow_up_pass_at_its_second_to_last_pass_end(tmp
             {"timestamp": 45.0, "input_length": 4, "output_length": 2}]    # B
     sched = {"async_scheduling": True, "enable_prefix_caching": False, "block_size": 4,
              "num_gpu_blocks": 64, "max_num_seqs": 8, "max_num_batched_tokens": 64, "max_model_len": 64}
-    config = _config(write_trace(tmp_path / "t.jsonl", rows), sched, {"mode": "open_loop"}, 4,
-                     {"kind": "fixed", "pass_ms": 10.0})
-    records = _record_runs(monkeypatch)
-    fast = assert_same(config)
-    records.clear()
-    servesim.simulate(config)
+    config = _open_loop_10ms(tmp_path, rows, sched)
+    fast, records = _runs_of(config, monkeypatch)
     # [0,10): A's prompt; the call at 0 commits A's first decode behind it. From 10, A decodes
     # alone until B arrives at 45. The calls at 10, 20, 30 and 40 read nothing and commit
     # A's decodes [20,30) to [50,60); the call at 50 reads B and commits [60,70) with B's
@@ -417,8 +423,7 @@ def test_a_run_takes_no_pass_past_a_finish_that_ends_after_the_next_arrival(tmp_
             {"timestamp": 46.0, "input_length": 10, "output_length": 12}]   # R3
     sched = {"async_scheduling": True, "enable_prefix_caching": False, "block_size": 4,
              "num_gpu_blocks": 64, "max_num_seqs": 8, "max_num_batched_tokens": 64, "max_model_len": 64}
-    config = _config(write_trace(tmp_path / "t.jsonl", rows), sched, {"mode": "open_loop"}, 4,
-                     {"kind": "fixed", "pass_ms": 10.0})
+    config = _open_loop_10ms(tmp_path, rows, sched)
     config["engine"]["workers"]["aggregated"]["count"] = 2
     config["router"] = {"policy": "kv_aware"}
     fast = assert_same(config)
@@ -447,8 +452,7 @@ def test_a_decode_run_stops_for_a_handoff_that_another_workers_transfer_makes_po
             {"timestamp": 153.0, "input_length": 5, "output_length": 6}]    # R6
     sched = {"async_scheduling": False, "enable_prefix_caching": False, "block_size": 4, "num_gpu_blocks": 12,
              "max_num_seqs": 4, "max_num_batched_tokens": 16, "max_model_len": 40, "enable_chunked_prefill": True}
-    config = _config(write_trace(tmp_path / "t.jsonl", rows), sched, {"mode": "open_loop"}, 4,
-                     {"kind": "fixed", "pass_ms": 10.0})
+    config = _open_loop_10ms(tmp_path, rows, sched)
     config["engine"]["workers"] = {"prefill": {"count": 1, "scheduler": dict(sched)},
                                    "decode": {"count": 3, "scheduler": dict(sched)}}
     # About 2 s per transfer (55 ms + 1-2 MB at 1 MB/s): the prefill worker's 11 blocks stay

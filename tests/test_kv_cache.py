@@ -7,7 +7,7 @@ import pytest
 from servesim.engine.kv_cache import KvCache
 from servesim.engine.reference_kv_cache import ReferenceKvCache
 from servesim.engine.request import Request
-from servesim.workload.prompt import BlockKeys, PrefixInterner
+from servesim.workload.prompt import _END_BITS, BlockKeys, PrefixInterner
 
 
 def _holding(kv, request_id, computed):
@@ -158,7 +158,7 @@ def _shared_cached_keys(kv) -> list[int]:
     """Every shareable content key the cache holds, sorted."""
     if not isinstance(kv, KvCache):
         return sorted(key for key in kv.cache if key > 0)
-    keys = [(node << 32) + chunk.first_end + i * kv.block_size
+    keys = [(node << _END_BITS) + chunk.first_end + i * kv.block_size
             for node, chunk in kv.chunks.items() for i in range(len(chunk))]
     assert set(kv.extra) <= set(keys), "a second copy of a key the chunks do not hold"
     return sorted(keys)

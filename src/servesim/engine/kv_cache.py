@@ -461,11 +461,10 @@ class KvCache:
                 cached = first + len(chunk)
                 assert cached >= low, "a chain's later key is cached without its head"
                 if cached > low:   # contents other blocks hold too: vLLM keeps every copy
-                    base = node << _END_BITS
-                    size = self.block_size
                     extra = self.extra
-                    for j in range(low, min(cached, high)):
-                        extra.setdefault(base + (j + 1) * size, []).append(blocks[j])
+                    copied = min(cached, high)
+                    for key, block in zip(keys.shared_keys(low, copied), blocks[low:copied]):
+                        extra.setdefault(key, []).append(block)
                 if high > cached:
                     chunk += blocks[max(low, cached):high]
             self.epoch += 1

@@ -67,7 +67,6 @@ class Worker:
         self._arrivals_due: deque[int] = deque()   # engine arrivals routed here, not yet delivered
         self._last_launched: ScheduledPass | None = None   # sync: the pass the last call started
         self._run_calls = 0     # scheduler calls a fast-forwarded run stood for, not yet counted
-        self._follow_call_ns = 0   # when the pass started last is followed by a scheduler call
         # Async runs may commit their follow-up pass at their second-to-last pass end (see
         # _fast_forward); set by the simulation where only arrivals can reach a worker then.
         self.late_follow = False
@@ -233,8 +232,7 @@ class Worker:
         # run may take one more pass. Unless a member leaves in the pass before that extra
         # one: its blocks are freed when the run starts, and the horizon's event (a router's
         # decision, say) may come before that pass end, while the engine still holds them.
-        late = self.late_follow
-        ahead = 1 if late else 0
+        ahead = 1 if self.late_follow else 0
         limit = 1 << 40
         if upcoming is not None:
             # Passes that only decode get no shorter as contexts grow: an upper bound.
@@ -244,19 +242,13 @@ class Worker:
         steps = scheduler.quiet_steps(decided, limit, now)
         if steps < 2:
             return 0
-        first = decided.group_step
         uniform = self.timing.uniform_decode_ns()
         if uniform is not None:
             if upcoming is not None:   # the pass ends now + i·uniform must come before it
-                bound = (upcoming - now - 1) // uniform + 1
-                if late and steps > bound and scheduler.is_final(first + bound - 1):
-                    steps = bound   # a finish must not come after the horizon: see above
-                steps = min(steps, bound + ahead)
+                steps = self._within_horizon(decided, steps, (upcoming - now - 1) // uniform + 1)
                 if steps < 2:
                     return 0
             scheduler.extend(decided, steps, None, uniform)
-            if late:
-                self._follow_call_ns = now + (steps - 1) * uniform
             return steps * uniform
         # Plain ints from here: a run is often a handful of passes, where numpy calls cost more
         # than the work.
@@ -265,22 +257,27 @@ class Worker:
             durations += self.timing.decode_steps_ns(batch, context, count).tolist()
         ends = list(accumulate(durations))   # after `now`
         if upcoming is not None:
-            bound = bisect_left(ends, upcoming - now) + 1
-            if late and steps > bound and scheduler.is_final(first + bound - 1):
-                steps = bound   # a finish must not come after the horizon: see above
-            steps = min(steps, bound + ahead)
+            steps = self._within_horizon(decided, steps, bisect_left(ends, upcoming - now) + 1)
             if steps < 2:
                 return 0
             del durations[steps:]
         scheduler.extend(decided, steps, durations)
-        if late:
-            self._follow_call_ns = now + ends[steps - 2]
         return ends[steps - 1]
+
+    def _within_horizon(self, decided: ScheduledPass, steps: int, before: int) -> int:
+        """`steps` cut to what the horizon allows. `before` is the most passes whose ends,
+        all but the last, come before it; a late commit allows one more, unless a member
+        leaves in the pass before that one (see _fast_forward)."""
+        if not self.late_follow:
+            return min(steps, before)
+        if steps > before and self.scheduler.is_final(decided.group_step + before - 1):
+            return before
+        return min(steps, before + 1)
 
     def _start(self, decided: ScheduledPass, now: int) -> int:
         """Start `decided` at `now` (perhaps as a run); returns when the engine next calls
-        the scheduler: now, or for a run under async scheduling its second-to-last pass end."""
-        self._follow_call_ns = now
+        the scheduler: now, or for a run committing its follow-up late, its second-to-last
+        pass end."""
         decided.index = self.num_passes
         # A pass that admits host-tier prefix hits waits for their copy back to the GPU.
         duration = self.timing.duration_ns(PassShape.of(decided)) + decided.load_ns
@@ -302,4 +299,7 @@ class Worker:
                 entry.request.first_scheduled_ns = now
         self.executing = decided
         self.sim.push_pass_end(decided.end_ns, self, decided)
-        return self._follow_call_ns
+        if decided.group_steps > 1 and self.late_follow:
+            durations = decided.step_durations
+            return decided.end_ns - (durations[-1] if durations is not None else decided.bulk_gap_ns)
+        return now
