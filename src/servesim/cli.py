@@ -15,13 +15,27 @@ from servesim.errors import ServesimError
 app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
+    context_settings={"help_option_names": ["-h", "--help"]},
     help="servesim: simulate LLM serving (vLLM's scheduler, KV cache and step time) without a GPU.",
     pretty_exceptions_enable=False,
 )
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from servesim import __version__
+        from servesim.engine.versions import engine_versions_line
+
+        sys.stdout.write(f"servesim {__version__} (models {engine_versions_line()})\n")
+        raise typer.Exit(0)
+
+
 @app.callback()
-def _group() -> None:
+def _group(
+    version: Annotated[bool, typer.Option("--version", "-V", callback=_print_version, is_eager=True,
+                                          help="Print servesim's version and the engine versions it models.")]
+    = False,
+) -> None:
     """servesim: simulate LLM serving without a GPU."""
 
 
