@@ -60,6 +60,12 @@ def test_package_has_data_files():
     assert any(n.startswith("servesim/models/data/") and n.endswith(".json") for n in names)
 
 
+def test_wheel_is_the_package_version(built):
+    import servesim
+
+    assert built["wheel"].name.startswith(f"servesim-{servesim.__version__}-")
+
+
 def test_wheel_holds_every_data_file(built):
     inside = set(zipfile.ZipFile(built["wheel"]).namelist())
     missing = [name for name in _package_data_files() if name not in inside]
