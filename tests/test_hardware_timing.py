@@ -85,8 +85,9 @@ def test_kv_capacity_by_hand():
 
 def test_model_too_big_says_by_how_much():
     d = Deployment(arch("llama-3.1-70b"), resolve_gpu("h100-sxm"), "bf16", "bf16", tp=1)
-    # 70.55e9 × 2 bytes = 131.4 GiB of weights + 1.75 GiB reserve against 79.2 × 0.9 = 71.3 GiB.
-    with pytest.raises(ServesimError, match=r"need 133.2 GiB per GPU .*71.3 GiB \(61.9 GiB short\); raise tp"):
+    # 70.55e9 × 2 bytes = 131.4 GiB of weights, 52.2 GiB more than the whole 79.2 GiB GPU.
+    with pytest.raises(ServesimError, match=r"weights alone take 131.4 GiB per GPU, 52.2 GiB more than the 79.2 GiB "
+                                            r"of one h100-sxm; raise tp"):
         d.num_gpu_blocks(16, 0.9, 8192, 1024)
     Deployment(arch("llama-3.1-70b"), resolve_gpu("h100-sxm"), "bf16", "bf16", tp=4).num_gpu_blocks(
         16, 0.9, 8192, 1024)

@@ -13,9 +13,12 @@ from servesim.config import (
     TrtllmSchedulerConfig,
     VllmSchedulerConfig,
 )
+from servesim.cluster.fleet import check_fleet_size
 from servesim.errors import ServesimError
 from servesim.hardware import GpuSpec, resolve_gpu
-from servesim.hardware.deployment import RUNTIME_RESERVE_GIB, Deployment
+from servesim.hardware.deployment import RUNTIME_RESERVE_GIB, Deployment, gib
+from servesim.hardware.memory import check_pinned_tokens, check_pinned_vllm_blocks
+from servesim.hardware.parallelism import check_parallelism, gpus_per_node
 from servesim.models import ModelSpec, resolve_model
 
 GIB = 1024**3
@@ -54,21 +57,7 @@ def _resolve_vllm(sched: VllmSchedulerConfig, where: str, gpu: GpuSpec, model: M
     max_model_len = sched.max_model_len or model.context_length
     # vLLM turns async scheduling on by default, except with ngram drafts.
     async_scheduling = (not ngram) if sched.async_scheduling is None else sched.async_scheduling
-    num_gpu_blocks = sched.num_gpu_blocks
-    if num_gpu_blocks is None:
-        # Each attention-DP rank profiles its own cache; the worker's scheduler holds them all.
-        per_rank = deployment.num_gpu_blocks(sched.block_size, utilization, max_num_batched_tokens,
-                                             max_num_seqs)
-        num_gpu_blocks = per_rank * deployment.attention_dp
-        if num_gpu_blocks < 2:
-            raise ServesimError(f"{where}: the KV cache would hold no block at all")
-    usable_tokens = (num_gpu_blocks - 1) * sched.block_size
-    if usable_tokens < max_model_len:
-        raise ServesimError(
-            f"{where}: max_model_len {max_model_len} does not fit in the KV cache, which holds "
-            f"{usable_tokens} tokens ({num_gpu_blocks - 1} usable blocks of {sched.block_size}), "
-            f"{max_model_len - usable_tokens} tokens short; lower max_model_len or raise num_gpu_blocks"
-        )
+    # vLLM checks its arguments (SchedulerConfig) before it profiles memory.
     if not sched.enable_chunked_prefill and max_num_batched_tokens < max_model_len:
         raise ServesimError(
             f"{where}: with chunked prefill disabled, max_num_batched_tokens ({max_num_batched_tokens}) must be "
@@ -78,6 +67,24 @@ def _resolve_vllm(sched: VllmSchedulerConfig, where: str, gpu: GpuSpec, model: M
         raise ServesimError(
             f"{where}: max_num_batched_tokens ({max_num_batched_tokens}) must be at least max_num_seqs "
             f"({max_num_seqs}), as vLLM requires"
+        )
+    num_gpu_blocks = sched.num_gpu_blocks
+    if num_gpu_blocks is None:
+        # Each attention-DP rank profiles its own cache; the worker's scheduler holds them all.
+        per_rank = deployment.num_gpu_blocks(sched.block_size, utilization, max_num_batched_tokens,
+                                             max_num_seqs)
+        num_gpu_blocks = per_rank * deployment.attention_dp
+        if num_gpu_blocks < 2:
+            raise ServesimError(f"{where}: the KV cache would hold no block at all")
+    else:
+        check_pinned_vllm_blocks(where, deployment, num_gpu_blocks, sched.block_size, max_num_batched_tokens,
+                                 max_num_seqs)
+    usable_tokens = (num_gpu_blocks - 1) * sched.block_size
+    if usable_tokens < max_model_len:
+        raise ServesimError(
+            f"{where}: max_model_len {max_model_len} does not fit in the KV cache, which holds "
+            f"{usable_tokens} tokens ({num_gpu_blocks - 1} usable blocks of {sched.block_size}), "
+            f"{max_model_len - usable_tokens} tokens short; lower max_model_len or raise num_gpu_blocks"
         )
     return sched.model_copy(update={
         "max_num_seqs": max_num_seqs,
@@ -116,14 +123,22 @@ def _resolve_sglang(sched: SglangSchedulerConfig, where: str, gpu: GpuSpec, mode
         total_mb = gpu.memory_gib * 1024
         fraction = round((total_mb - reserved) / total_mb, 3)
     context = sched.context_length or model.context_length
+    # model_runner.py: the pool is what mem_fraction_static leaves after the weights.
+    deployment.check_weights_fit()
+    budget = gpu.memory_gib * GIB * fraction
+    rest = budget - deployment.weight_bytes_per_gpu()
+    spent = (f"weights ({gib(deployment.weight_bytes_per_gpu())}) within mem_fraction_static {fraction} "
+             f"({gib(budget)})")
+    profiled = int(max(rest, 0) // deployment.kv_bytes_per_token_per_gpu()) * deployment.attention_dp
+    if profiled < sched.page_size:
+        raise ServesimError(f"{where}: {deployment.placement} leaves no room for a KV cache: "
+                            f"{gib(max(rest, 0))} is left after {spent}; raise tp or mem_fraction_static")
+    profiled -= profiled % sched.page_size
     tokens = sched.max_total_tokens
     if tokens is None:
-        rest = gpu.memory_gib * GIB * fraction - deployment.weight_bytes_per_gpu()
-        tokens = int(rest // deployment.kv_bytes_per_token_per_gpu()) * deployment.attention_dp
-        if tokens < sched.page_size:
-            raise ServesimError(f"{where}: {model.name} leaves no room for a KV cache on {gpu.name} "
-                                f"at tp={deployment.tp} with mem_fraction_static {fraction}")
-        tokens -= tokens % sched.page_size
+        tokens = profiled
+    else:
+        check_pinned_tokens(where, "max_total_tokens", deployment, tokens, rest, spent, "SGLang", profiled)
     _check_fits(where, context, tokens, "max_total_tokens")
     running = sched.max_running_requests
     if running is None:
@@ -149,15 +164,24 @@ def _resolve_trtllm(sched: TrtllmSchedulerConfig, where: str, model: ModelSpec,
                     deployment: Deployment) -> TrtllmSchedulerConfig:
     """trtllm-serve's defaults (LLM API KvCacheConfig / BuildConfig)."""
     context = sched.max_seq_len or model.context_length
+    # The KV cache takes free_gpu_memory_fraction of what weights and the runtime leave.
+    deployment.check_weights_fit()
+    memory = deployment.gpu.memory_gib * GIB
+    left = max(memory - deployment.weight_bytes_per_gpu() - RUNTIME_RESERVE_GIB * GIB, 0) \
+        * sched.free_gpu_memory_fraction
+    spent = (f"weights ({gib(deployment.weight_bytes_per_gpu())}), the runtime reserve "
+             f"({gib(RUNTIME_RESERVE_GIB * GIB)}) and free_gpu_memory_fraction {sched.free_gpu_memory_fraction} "
+             f"of the rest of the {gib(memory)} {deployment.gpu.name}")
+    profiled = int(left // deployment.kv_bytes_per_token_per_gpu()) * deployment.attention_dp
+    profiled -= profiled % sched.tokens_per_block
+    if profiled <= 0:
+        raise ServesimError(f"{where}: {deployment.placement} leaves no room for a KV cache: {gib(left)} is "
+                            f"left after {spent}; raise tp")
     tokens = sched.max_tokens
     if tokens is None:
-        free = deployment.gpu.memory_gib * GIB - deployment.weight_bytes_per_gpu() - RUNTIME_RESERVE_GIB * GIB
-        tokens = int(free * sched.free_gpu_memory_fraction // deployment.kv_bytes_per_token_per_gpu())
-        tokens = tokens * deployment.attention_dp
-        tokens -= tokens % sched.tokens_per_block
-        if tokens <= 0:
-            raise ServesimError(f"{where}: {model.name} leaves no room for a KV cache on "
-                                f"{deployment.gpu.name} at tp={deployment.tp}")
+        tokens = profiled
+    else:
+        check_pinned_tokens(where, "max_tokens", deployment, tokens, left, spent, "TensorRT-LLM", profiled)
     _check_fits(where, context, tokens, "max_tokens")
     return sched.model_copy(update={"max_seq_len": context, "max_tokens": tokens})
 
@@ -173,9 +197,13 @@ def resolve(loaded: LoadedConfig) -> ResolvedRun:
     config.precision = config.precision or native
     if config.kv_cache_dtype == "auto":
         config.kv_cache_dtype = "fp8" if config.precision in ("fp8", "fp4") else "bf16"
+    check_fleet_size(config)
     deployments = {}
     for role, role_cfg in config.engine.roles().items():
         where = f"engine.workers.{role}.scheduler"
+        role_cfg.gpus_per_node = gpus_per_node(role_cfg.gpus_per_node, gpu)
+        check_parallelism(f"engine.workers.{role}", model.arch, gpu, tp=role_cfg.tp, attention_dp=role_cfg.attention_dp,
+                          ep=role_cfg.ep, pp=role_cfg.pp, node_gpus=role_cfg.gpus_per_node)
         if role_cfg.pp != 1:
             raise ServesimError(f"engine.workers.{role}.pp: pipeline parallelism is not modelled yet; use pp: 1")
         deployment = deployments[role] = Deployment(model.arch, gpu, config.precision, config.kv_cache_dtype,

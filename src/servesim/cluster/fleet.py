@@ -21,10 +21,30 @@ from servesim.engine.trtllm_scheduler import FastTrtllmScheduler, TrtllmSchedule
 from servesim.engine.request import Request
 from servesim.engine.vllm_scheduler import VllmScheduler
 from servesim.engine.worker import Worker
+from servesim.errors import ServesimError
 from servesim.hardware.deployment import Deployment
 from servesim.timing import build_timing_model
 from servesim.workload.prompt import BlockKeys, PrefixInterner
 from servesim.workload.trace import TraceRequest
+
+
+# The most GPUs one run may simulate, all roles together: set-up costs about 0.1 ms per worker
+# and each worker keeps its own scheduler, cache and timelines, so a larger fleet would take
+# minutes and gigabytes before the first request (and is far past any one deployment).
+MAX_FLEET_GPUS = 100_000
+
+
+def fleet_gpus(cfg: SimulationConfig) -> int:
+    return sum(r.count * r.tp * r.pp * r.attention_dp for r in cfg.engine.roles().values())
+
+
+def check_fleet_size(cfg: SimulationConfig) -> None:
+    gpus = fleet_gpus(cfg)
+    if gpus > MAX_FLEET_GPUS:
+        counts = ", ".join(f"{name} {r.count:,} × {r.tp * r.pp * r.attention_dp}"
+                           for name, r in cfg.engine.roles().items())
+        raise ServesimError(f"engine.workers: the fleet has {gpus:,} GPUs ({counts} per worker), more than the "
+                            f"{MAX_FLEET_GPUS:,} servesim simulates in one run; lower count")
 
 
 @dataclass
@@ -68,12 +88,18 @@ class RequestFactory:
                        max_tokens, trace_request.output_length, keys)
 
     def rejects(self, trace_request: TraceRequest) -> bool:
+        return self.reject_reason(trace_request.input_length) is not None
+
+    def reject_reason(self, input_length: int) -> str | None:
+        """Why the frontend refuses a prompt of this length (None: it does not)."""
         # The frontend refuses a prompt that leaves no room for one output token; TensorRT-LLM
         # without chunked context also refuses one longer than an iteration's token budget.
-        if self.sched.output_room(trace_request.input_length) < 1:
-            return True
-        return (isinstance(self.sched, TrtllmSchedulerConfig) and not self.sched.enable_chunked_context
-                and trace_request.input_length > self.sched.max_num_tokens)
+        if self.sched.output_room(input_length) < 1:
+            return "prompt_exceeds_max_model_len"
+        if (isinstance(self.sched, TrtllmSchedulerConfig) and not self.sched.enable_chunked_context
+                and input_length > self.sched.max_num_tokens):
+            return "prompt_exceeds_token_budget"
+        return None
 
 
 def make_scheduler(sched, kv, use_reference: bool, speculative=None, seed: int = 0):
@@ -126,6 +152,7 @@ def _policy(sched, kv, use_reference: bool):
 
 def build_roles(cfg: SimulationConfig, deployments: dict[str, Deployment], sim, on_pass_done,
                 use_reference: bool) -> dict[str, Role]:
+    check_fleet_size(cfg)
     roles = {}
     for role_name, role_cfg in cfg.engine.roles().items():
         sched = role_cfg.scheduler

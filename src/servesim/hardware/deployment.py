@@ -130,16 +130,57 @@ class Deployment:
     def num_gpu_blocks(self, block_size: int, utilization: float, max_num_batched_tokens: int,
                        max_num_seqs: int) -> int:
         """KV blocks one attention-DP rank gets, as vLLM's memory profiling would find (null block included)."""
-        budget = (self.gpu.memory_gib * GIB * utilization - self.weight_bytes_per_gpu()
-                  - RUNTIME_RESERVE_GIB * GIB - self.activation_bytes(max_num_batched_tokens, max_num_seqs))
+        budget = self.gpu.memory_gib * GIB * utilization
+        of = (f"the {gib(budget)} that gpu_memory_utilization {utilization:g} leaves of the "
+              f"{gib(self.gpu.memory_gib * GIB)} {self.gpu.name}")
+        left = self.vllm_kv_bytes_left(budget, of, max_num_batched_tokens, max_num_seqs)
         per_block = block_size * self.kv_bytes_per_token_per_gpu()
-        if budget < per_block:
-            need = self.weight_bytes_per_gpu() + RUNTIME_RESERVE_GIB * GIB
-            have = self.gpu.memory_gib * GIB * utilization
+        if left < per_block:
             raise ServesimError(
-                f"{self.arch.name} in {self.precision} does not fit on {self.gpu.name} at tp={self.tp}: "
-                f"its weights and runtime need {need / GIB:.1f} GiB per GPU but "
-                f"gpu_memory_utilization leaves {have / GIB:.1f} GiB "
-                f"({(need + per_block - have) / GIB:.1f} GiB short); raise tp or use a smaller precision"
+                f"{self.placement} leaves {gib(left)} per GPU for the KV cache, less than one block of "
+                f"{block_size} tokens ({gib(per_block)}); raise tp or gpu_memory_utilization"
             )
-        return int(budget // per_block)
+        return int(left // per_block)
+
+    # ------------------------------------------------------------------ memory checks
+
+    @property
+    def placement(self) -> str:
+        return f"{self.arch.name} in {self.precision} on {self.gpu.name} at tp={self.tp}"
+
+    def check_weights_fit(self) -> None:
+        """The weights alone must fit in one GPU's memory, whatever the KV cache settings say."""
+        weights, memory = self.weight_bytes_per_gpu(), self.gpu.memory_gib * GIB
+        if weights >= memory:
+            raise ServesimError(
+                f"{self.arch.name} in {self.precision} does not fit on {self.gpu.name} at tp={self.tp}: its "
+                f"weights alone take {gib(weights)} per GPU, {gib(weights - memory)} more than the {gib(memory)} of "
+                f"one {self.gpu.name}; raise tp or use a smaller precision"
+            )
+
+    def vllm_kv_bytes_left(self, budget: float, budget_text: str, max_num_batched_tokens: int,
+                           max_num_seqs: int) -> float:
+        """Bytes per GPU left for the KV cache out of `budget` (described by `budget_text`, for the
+        message) after weights, runtime reserve and activations."""
+        self.check_weights_fit()
+        weights = self.weight_bytes_per_gpu()
+        activations = self.activation_bytes(max_num_batched_tokens, max_num_seqs)
+        runtime = RUNTIME_RESERVE_GIB * GIB
+        left = budget - weights - runtime - activations
+        if left > 0:
+            return left
+        # Name what to change: the batch limits when they alone make the difference, else the placement.
+        hint = ("lower max_num_batched_tokens or max_num_seqs" if activations >= -left
+                else "raise tp or use a smaller precision")
+        raise ServesimError(
+            f"{self.placement} does not fit: its weights ({gib(weights)}), the runtime reserve ({gib(runtime)}) "
+            f"and activations for max_num_batched_tokens {max_num_batched_tokens:,} and max_num_seqs "
+            f"{max_num_seqs:,} ({gib(activations)}) need {gib(budget - left)} per GPU, {gib(-left)} more than "
+            f"{budget_text}; {hint}"
+        )
+
+
+def gib(size: float) -> str:
+    """Bytes as GiB for messages: one decimal, two below 10 GiB (the 1.75 GiB reserve)."""
+    value = size / GIB
+    return f"{value:,.1f} GiB" if abs(value) >= 10 else f"{value:.2f} GiB"

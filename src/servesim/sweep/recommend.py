@@ -24,7 +24,7 @@ from pydantic import ValidationError
 from servesim.config import _error_sentence, load_config
 from servesim.errors import ServesimError
 from servesim.sweep.space import SweepSpace, SweepSlo, parse_space
-from servesim.yaml_io import load_yaml
+from servesim.yaml_io import load_yaml, read_text
 
 # The knobs under each backend's own names: running requests, tokens per pass, context.
 KNOBS = {
@@ -59,7 +59,11 @@ def parse_slo(text: str) -> SweepSlo:
 def _spec_length(value: str, key: str) -> Any:
     if "-" in value:
         low, high = value.split("-", 1)
-        return {"min": _int(low, key), "max": _int(high, key)}
+        low_n, high_n = _int(low, key), _int(high, key)
+        if low_n > high_n:
+            raise ServesimError(f"--workload {key}={value}: the range is reversed ({low_n} > {high_n}); "
+                                f"write it low-high, as {key}={high_n}-{low_n}")
+        return {"min": low_n, "max": high_n}
     return _int(value, key)
 
 
@@ -78,7 +82,7 @@ def parse_workload(text: str) -> dict:
     path = Path(text).expanduser()
     if path.is_file():
         if path.suffix in (".yaml", ".yml"):
-            data = load_yaml(path.read_text(), str(path))
+            data = load_yaml(read_text(path, "workload file"), str(path))
             data = data.get("workload", data) if isinstance(data, dict) else data
             if not isinstance(data, dict):
                 raise ServesimError(f"{path}: expected a workload mapping (or a config with a workload key)")
@@ -130,12 +134,31 @@ def _longest_request(workload: dict) -> int:
     return top(synthetic.get("input_length")) + top(synthetic.get("output_length"))
 
 
-def _fits(base: dict, backend: str, tp: int, context: int) -> str | None:
+def _role(backend: str, tp: int, context: int, node: int | None, count: int | None = None) -> dict:
+    """One role of the space; `node` is a gpus_per_node past the GPU's NVLink domain, if asked for."""
+    role = {} if count is None else {"count": count}
+    role.update({"tp": tp, "scheduler": {KNOBS[backend][2]: context}})
+    if node is not None:
+        role["gpus_per_node"] = node
+    return role
+
+
+def _layout_error(spec, gpu_spec, tp: int, node: int) -> str | None:
+    """Why the engines refuse this TP for the model (heads it does not divide), or None."""
+    from servesim.hardware.parallelism import check_parallelism
+
+    try:
+        check_parallelism("tp", spec.arch, gpu_spec, tp=tp, attention_dp=1, ep=1, pp=1, node_gpus=node)
+    except ServesimError as err:
+        return str(err)
+    return None
+
+
+def _fits(base: dict, backend: str, tp: int, context: int, node: int | None = None) -> str | None:
     """None when one worker at this TP holds the model and a `context`-token request; else why not."""
     from servesim.resolve import resolve
 
-    probe = dict(base, engine=dict(base["engine"], workers={"aggregated": {
-        "tp": tp, "scheduler": {KNOBS[backend][2]: context}}}))
+    probe = dict(base, engine=dict(base["engine"], workers={"aggregated": _role(backend, tp, context, node)}))
     try:
         resolve(load_config(probe))
     except ServesimError as err:
@@ -143,12 +166,12 @@ def _fits(base: dict, backend: str, tp: int, context: int) -> str | None:
     return None
 
 
-def _layouts(tps: list[int], gpus: int, backend: str, context: int) -> list[dict]:
+def _layouts(tps: list[int], gpus: int, backend: str, context: int, node: int | None = None) -> list[dict]:
     out = []
     for tp in tps:
         workers = gpus // tp
         def role(count: int) -> dict:
-            return {"count": count, "tp": tp, "scheduler": {KNOBS[backend][2]: context}}
+            return _role(backend, tp, context, node, count)
         replicas = sorted({r for r in (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, workers) if r <= workers})
         out += [{"aggregated": role(r)} for r in replicas]
         pairs: list[tuple[int, int]] = []
@@ -170,6 +193,10 @@ def build(model: str, gpu: str, gpus: int, workload: str, slo: str, backend: str
 
     if gpus < 1:
         raise ServesimError(f"--gpus must be at least 1, got {gpus}")
+    if max_requests is not None and max_requests < 1:
+        raise ServesimError(f"--max-requests must be at least 1, got {max_requests}")
+    if gpus_per_node < 1:
+        raise ServesimError(f"--gpus-per-node must be at least 1, got {gpus_per_node}")
     if backend not in KNOBS:
         raise ServesimError(f"--backend must be one of {', '.join(KNOBS)}, got {backend}")
     spec = resolve_model(model)
@@ -181,23 +208,35 @@ def build(model: str, gpu: str, gpus: int, workload: str, slo: str, backend: str
     base = {"model": spec.name, "gpu": gpu_spec.name,
             "engine": {"backend": backend, "timing": {"kind": "roofline"}, "workers": {"aggregated": {}}},
             "workload": work}
+    # The workload's own mistakes are reported as such, before any probe could call them a misfit.
+    load_config(base)
     longest = _longest_request(work)
     context = next((c for c in CONTEXTS if c >= longest), spec.context_length)
     context = min(context, spec.context_length)
     notes = [f"{KNOBS[backend][2]} {context:,} (the workload's longest request is {longest:,} tokens)"]
-    tps, refused = [], []
+    # Workers wider than the GPU's NVLink domain span nodes, which the role must say.
+    node = gpus_per_node if gpus_per_node > gpu_spec.nvlink_domain else None
+    tps, refused, unsplittable = [], [], []
     tp = 1
     while tp <= min(gpus, gpus_per_node):
-        why = _fits(base, backend, tp, context)
-        (refused if why else tps).append(tp)
+        if _layout_error(spec, gpu_spec, tp, gpus_per_node):
+            unsplittable.append(tp)
+        else:
+            (refused if _fits(base, backend, tp, context, node) else tps).append(tp)
         tp *= 2
+    if not tps and not refused:
+        raise ServesimError(f"no TP up to {min(gpus, gpus_per_node)} suits {spec.name}: "
+                            f"{_layout_error(spec, gpu_spec, unsplittable[-1], gpus_per_node)}")
     if not tps:
-        raise ServesimError(f"{spec.name} does not fit on up to {min(gpus, gpus_per_node)} {gpu_spec.name} GPUs "
-                            f"with a {context:,}-token context: {_fits(base, backend, refused[-1], context)}")
+        raise ServesimError(f"{spec.name} does not fit on up to {refused[-1]} {gpu_spec.name} GPUs "
+                            f"with a {context:,}-token context: {_fits(base, backend, refused[-1], context, node)}")
     if refused:
         notes.append(f"TP {', '.join(map(str, refused))} left out: the model and a {context:,}-token request "
                      f"do not fit in {gpu_spec.name} memory there")
-    layouts = _layouts(tps, gpus, backend, context)
+    if unsplittable:
+        notes.append(f"TP {', '.join(map(str, unsplittable))} left out: {spec.name}'s {spec.arch.heads} attention "
+                     f"heads (or {spec.arch.kv_heads} KV heads) do not split that many ways")
+    layouts = _layouts(tps, gpus, backend, context, node)
     running, tokens, _ = KNOBS[backend]
     budgets = [t for t in TOKEN_BUDGETS if backend != "vllm" or t >= max(RUNNING_LIMITS)]
     from servesim.sweep.trials import workload_size
