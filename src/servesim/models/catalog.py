@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from servesim.errors import ServesimError
-from servesim.models.architecture import Architecture
+from servesim.models.architecture import Architecture, ModelConfigError
+from servesim.yaml_io import read_text
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,8 @@ class ModelSpec:
     def arch(self) -> Architecture:
         try:
             return Architecture.from_hf(self.name, self.config)
+        except ModelConfigError as err:
+            raise ServesimError(f"model {self.name}: {err}") from None
         except (KeyError, TypeError, ValueError) as err:
             raise ServesimError(f"model {self.name}: its config.json lacks a field servesim needs ({err})") from None
 
@@ -65,12 +68,13 @@ def list_models() -> list[ModelSpec]:
 
 def load_config_json(path: Path) -> ModelSpec:
     """A model described by a Hugging Face config.json file."""
+    text = read_text(path, "model config")
     try:
-        config = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise ServesimError(f"model config {path} does not exist") from None
-    except (OSError, json.JSONDecodeError) as err:
-        raise ServesimError(f"cannot read model config {path}: {err}") from None
+        config = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ServesimError(f"model config {path} is not valid JSON ({err})") from None
+    except RecursionError:
+        raise ServesimError(f"model config {path} is not valid JSON (nested too deeply)") from None
     if not isinstance(config, dict):
         raise ServesimError(f"model config {path} is not a JSON object")
     spec = ModelSpec(str(path), (), config, str(path))

@@ -7,11 +7,19 @@ decision that depends on results stay with the caller (sweep/runner.py).
 
 An executor failure that is not the trial's own (a worker process killed, a Ray node
 lost) comes back as status `lost`, which a resumed sweep runs again.
+
+Local workers die with the sweep: however the coordinator ends (Ctrl-C, SIGTERM, or a
+SIGKILL nothing can catch), no worker outlives it. Each worker asks Linux to kill it when
+its parent dies (prctl PR_SET_PDEATHSIG) and, everywhere, watches its parent's pid from a
+thread, exiting within `PARENT_POLL_S` once it has been re-parented.
 """
 
 from __future__ import annotations
 
+import os
 import signal
+import sys
+import threading
 import time
 import traceback
 import warnings
@@ -70,9 +78,39 @@ class InlineExecutor:
         pass
 
 
-def _ignore_sigint() -> None:
+PARENT_POLL_S = 0.5
+_PR_SET_PDEATHSIG = 1   # linux/prctl.h
+
+
+def _die_with_parent() -> None:
+    """Linux: the kernel sends this process SIGKILL when the thread that started it ends."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+    except (OSError, AttributeError):   # no prctl: the watching thread still covers it
+        pass
+
+
+def _watch_parent(parent_pid: int) -> None:
+    while True:
+        time.sleep(PARENT_POLL_S)
+        if os.getppid() != parent_pid:   # re-parented: the coordinator is gone
+            os._exit(1)
+
+
+def _init_worker(parent_pid: int, started_from_main_thread: bool) -> None:
     # Ctrl-C is the coordinator's to handle; workers are stopped by it.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # PR_SET_PDEATHSIG fires when the *thread* that spawned us ends: only safe from the main thread.
+    if started_from_main_thread:
+        _die_with_parent()
+    if os.getppid() != parent_pid:   # the coordinator died before we got here
+        os._exit(1)
+    threading.Thread(target=_watch_parent, args=(parent_pid,), name="servesim-watch-parent", daemon=True).start()
 
 
 class PoolExecutor:
@@ -88,8 +126,9 @@ class PoolExecutor:
             import multiprocessing
             from concurrent.futures import ProcessPoolExecutor
 
+            from_main = threading.current_thread() is threading.main_thread()
             self._pool = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"),
-                                             initializer=_ignore_sigint)
+                                             initializer=_init_worker, initargs=(os.getpid(), from_main))
         return self._pool
 
     def run(self, jobs: Sequence[Job]) -> Iterator[tuple[int, Outcome]]:

@@ -23,10 +23,14 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from servesim.config import StrictModel, _error_sentence
-from servesim.yaml_io import load_yaml
+from servesim.yaml_io import load_yaml, read_text
 from servesim.errors import ServesimError
 
 Number = Union[int, float]
+# A sweep runs every listed combination: bound them before anything is enumerated, so a
+# typo like step 1 over 10**12 is a clear error instead of an endless expansion.
+MAX_VALUES_PER_PARAMETER = 10_000
+MAX_CANDIDATES = 100_000
 _SEGMENT = re.compile(r"^(?:\*|[A-Za-z_][A-Za-z0-9_]*)$")
 
 
@@ -56,7 +60,21 @@ class Span(StrictModel):
                              "already lists its values")
         if (self.log or self.factor is not None) and self.min <= 0:
             raise ValueError("a log distribution or a geometric range needs min > 0")
+        count = self.count()
+        if count is not None and count > MAX_VALUES_PER_PARAMETER:
+            raise ValueError(f"the range lists {count:,.0f} values; servesim's limit is "
+                             f"{MAX_VALUES_PER_PARAMETER:,} per parameter")
         return self
+
+    def count(self) -> float | None:
+        """How many values the range lists (a float: it may be astronomically large), None for a distribution."""
+        if self.step is not None:
+            steps = (self.max - self.min) / self.step
+        elif self.factor is not None:
+            steps = math.log(self.max / self.min) / math.log(self.factor)
+        else:
+            return None
+        return math.floor(steps + 1e-9) + 1 if math.isfinite(steps) else math.inf
 
     @property
     def integer(self) -> bool:
@@ -184,6 +202,13 @@ class SweepSpace(StrictModel):
                 if isinstance(param, Span) and param.values() is None:
                     raise ValueError(f"parameters.{path} is a distribution {{min, max}}, which grid search cannot "
                                      "list; give step or factor, a list, or use search.method: random")
+        if self.search.method == "grid":
+            combinations = math.prod(len(parameter_values(p)) for p in self.parameters.values())
+            if combinations > MAX_CANDIDATES:
+                raise ValueError(f"the grid has {combinations:,} combinations; servesim's limit is "
+                                 f"{MAX_CANDIDATES:,} (use search.method: random with samples)")
+        elif self.search.samples > MAX_CANDIDATES:
+            raise ValueError(f"search.samples is {self.search.samples:,}; servesim's limit is {MAX_CANDIDATES:,}")
         if self.search.halving is not None:
             for path in self.parameters:
                 if path.startswith("workload"):
@@ -206,13 +231,7 @@ def parse_space(data: Any, source: str = "space") -> SweepSpace:
 
 
 def load_space(path: Path) -> SweepSpace:
-    try:
-        text = Path(path).read_text()
-    except FileNotFoundError:
-        raise ServesimError(f"space file {path} does not exist") from None
-    except OSError as err:
-        raise ServesimError(f"cannot read space file {path}: {err.strerror}") from None
-    return parse_space(load_yaml(text, str(path)), str(path))
+    return parse_space(load_yaml(read_text(path, "space file"), str(path)), str(path))
 
 
 def parameter_values(param: Parameter) -> list[Any] | None:

@@ -8,6 +8,9 @@ Formats (see docs/config.md):
 - `vidur`: CSV with `num_prefill_tokens,num_decode_tokens` and optionally `arrived_at`
   (seconds), as in Vidur's processed traces.
 Request ids are the 0-based index of the request among the trace's data lines.
+
+Files are UTF-8; a leading byte-order mark is dropped. Times must fit servesim's
+integer-nanosecond clock and lengths `servesim.limits` (an error names the line).
 """
 
 from __future__ import annotations
@@ -15,11 +18,17 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
 from servesim.errors import ServesimError
+from servesim.limits import MAX_HASH_IDS, check_time_ms, check_tokens
+
+# The encoding every trace is read with: UTF-8, a leading byte-order mark (as Windows
+# editors write) dropped rather than read as part of the first field.
+ENCODING = "utf-8-sig"
 
 NS_PER_MS = 1_000_000
 NS_PER_S = 1_000_000_000
@@ -33,6 +42,7 @@ class TraceRequest:
     output_length: int
     hash_ids: tuple[int, ...] | None = None
     session_id: str | None = None
+    trace_id: str | None = None   # the trace's own id (servesim-jsonl `request_id`), kept for requests.csv
 
 
 class TraceError(ServesimError):
@@ -40,6 +50,7 @@ class TraceError(ServesimError):
 
 
 def file_sha256(path: Path) -> str:
+    # The bytes as stored (a byte-order mark included): the hash identifies the file.
     digest = hashlib.sha256()
     with open(path, "rb") as fh:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
@@ -47,23 +58,33 @@ def file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def infer_format(path: Path) -> str:
-    """Guess a trace's format from its extension and first line."""
+@contextmanager
+def _read_errors(path: Path):
+    """Reading `path`: what the system says becomes one sentence naming the trace file."""
     try:
-        with open(path, encoding="utf-8") as fh:
-            first = ""
-            for line in fh:
-                if line.strip():
-                    first = line.strip()
-                    break
+        yield
     except FileNotFoundError:
         raise TraceError(f"trace file {path} does not exist") from None
-    except (OSError, UnicodeDecodeError) as err:
-        raise TraceError(f"cannot read trace file {path}: {err}") from None
+    except IsADirectoryError:
+        raise TraceError(f"trace file {path} is a folder, not a file") from None
+    except UnicodeDecodeError:
+        raise TraceError(f"trace file {path} is not UTF-8 text") from None
+    except OSError as err:
+        raise TraceError(f"cannot read trace file {path}: {err.strerror or err}") from None
+
+
+def infer_format(path: Path) -> str:
+    """Guess a trace's format from its extension and first line."""
+    with _read_errors(path), open(path, encoding=ENCODING) as fh:
+        first = ""
+        for line in fh:
+            if line.strip():
+                first = line.strip()
+                break
     if first.startswith("{"):
         try:
             keys = set(json.loads(first))
-        except (json.JSONDecodeError, TypeError):
+        except (json.JSONDecodeError, TypeError, RecursionError):
             raise TraceError(f"{path} line 1: not a JSON object") from None
         return "servesim-jsonl" if keys & {"request_id", "session_id"} else "mooncake"
     header = {h.strip() for h in first.split(",")}
@@ -86,6 +107,7 @@ def _positive_int(value: object, name: str, where: str, minimum: int = 1) -> int
         raise TraceError(f"{where}: {name} must be an integer, got {value!r}")
     if value < minimum:
         raise TraceError(f"{where}: {name} must be at least {minimum}, got {value}")
+    check_tokens(value, f"{where}: {name}")
     return value
 
 
@@ -105,7 +127,7 @@ _INT_TYPE = {int}
 def _read_jsonl(path: Path, fmt: str, limit: int | None) -> list[TraceRequest]:
     allowed = _SERVESIM_KEYS if fmt == "servesim-jsonl" else _JSONL_KEYS
     out: list[TraceRequest] = []
-    with open(path, encoding="utf-8") as fh:
+    with open(path, encoding=ENCODING) as fh:
         for line_no, line in enumerate(fh, 1):
             if limit is not None and len(out) >= limit:
                 break
@@ -117,6 +139,8 @@ def _read_jsonl(path: Path, fmt: str, limit: int | None) -> list[TraceRequest]:
                 row = json.loads(line)
             except json.JSONDecodeError as err:
                 raise TraceError(f"{where}: invalid JSON ({err.msg})") from None
+            except RecursionError:
+                raise TraceError(f"{where}: invalid JSON (nested too deeply)") from None
             if not isinstance(row, dict):
                 raise TraceError(f"{where}: expected a JSON object")
             unknown = sorted(set(row) - allowed)
@@ -127,12 +151,16 @@ def _read_jsonl(path: Path, fmt: str, limit: int | None) -> list[TraceRequest]:
                 raise TraceError(f"{where}: timestamp is required")
             if isinstance(ts, bool) or not isinstance(ts, (int, float)) or ts != ts or ts < 0:
                 raise TraceError(f"{where}: timestamp must be a non-negative number of milliseconds, got {ts!r}")
+            check_time_ms(ts, f"{where}: timestamp")
             arrival = ts * NS_PER_MS if isinstance(ts, int) else round(ts * NS_PER_MS)
             hash_ids = row.get("hash_ids")
             if hash_ids is not None:
                 # Types read in C (a bool's type is bool, so true/false are refused too).
                 if not isinstance(hash_ids, list) or not set(map(type, hash_ids)) <= _INT_TYPE:
                     raise TraceError(f"{where}: hash_ids must be a list of integers")
+                if len(hash_ids) > MAX_HASH_IDS:
+                    raise TraceError(f"{where}: hash_ids lists {len(hash_ids):,} blocks; servesim's limit is "
+                                     f"{MAX_HASH_IDS:,}")
                 hash_ids = tuple(hash_ids)
             session = row.get("session_id")
             out.append(TraceRequest(
@@ -142,6 +170,7 @@ def _read_jsonl(path: Path, fmt: str, limit: int | None) -> list[TraceRequest]:
                 output_length=_json_int(row.get("output_length"), "output_length", where),
                 hash_ids=hash_ids,
                 session_id=None if session is None else str(session),
+                trace_id=None if row.get("request_id") is None else str(row["request_id"]),
             ))
     return out
 
@@ -161,12 +190,24 @@ def _azure_ns(text: str, where: str) -> int:
     return int(seconds.timestamp()) * NS_PER_S + frac_ns
 
 
+def _csv_rows(reader, path: Path):
+    """The reader's rows, its own errors (a NUL byte, a huge field) as one sentence naming the line."""
+    while True:
+        try:
+            yield next(reader)
+        except StopIteration:
+            return
+        except csv.Error as err:
+            raise TraceError(f"{path} line {reader.line_num}: not valid CSV ({err})") from None
+
+
 def _read_csv(path: Path, fmt: str, limit: int | None) -> list[TraceRequest]:
     out: list[TraceRequest] = []
-    with open(path, encoding="utf-8", newline="") as fh:
+    with open(path, encoding=ENCODING, newline="") as fh:
         reader = csv.reader(fh)
+        rows = _csv_rows(reader, path)
         try:
-            header = [h.strip() for h in next(reader)]
+            header = [h.strip() for h in next(rows)]
         except StopIteration:
             raise TraceError(f"{path} is empty") from None
         if fmt == "azure":
@@ -178,7 +219,7 @@ def _read_csv(path: Path, fmt: str, limit: int | None) -> list[TraceRequest]:
             raise TraceError(f"{path} line 1: missing column {missing[0]} for format {fmt}")
         col = {name: header.index(name) for name in header}
         first_ns: int | None = None
-        for row in reader:
+        for row in rows:
             if limit is not None and len(out) >= limit:
                 break
             if not row or all(not cell.strip() for cell in row):
@@ -192,6 +233,7 @@ def _read_csv(path: Path, fmt: str, limit: int | None) -> list[TraceRequest]:
                 arrival: int | None = stamp - first_ns
                 if arrival < 0:
                     raise TraceError(f"{where}: TIMESTAMP is earlier than the first row's")
+                check_time_ms(arrival / NS_PER_MS, f"{where}: TIMESTAMP (after the first row's)")
                 inp, outp = row[col["ContextTokens"]], row[col["GeneratedTokens"]]
                 names = ("ContextTokens", "GeneratedTokens")
             else:
@@ -203,6 +245,7 @@ def _read_csv(path: Path, fmt: str, limit: int | None) -> list[TraceRequest]:
                         raise TraceError(f"{where}: arrived_at must be a number of seconds") from None
                     if not seconds >= 0:
                         raise TraceError(f"{where}: arrived_at must be non-negative")
+                    check_time_ms(seconds, f"{where}: arrived_at", unit="s")
                     arrival = round(seconds * NS_PER_S)
                 inp, outp = row[col["num_prefill_tokens"]], row[col["num_decode_tokens"]]
                 names = ("num_prefill_tokens", "num_decode_tokens")
@@ -218,15 +261,11 @@ def _read_csv(path: Path, fmt: str, limit: int | None) -> list[TraceRequest]:
 def load_trace(path: Path, fmt: str | None = None, limit: int | None = None) -> tuple[list[TraceRequest], str]:
     """Read a trace file; returns its requests (in file order) and the format used."""
     fmt = fmt or infer_format(path)
-    try:
+    with _read_errors(path):
         if fmt in ("mooncake", "servesim-jsonl"):
             requests = _read_jsonl(path, fmt, limit)
         else:
             requests = _read_csv(path, fmt, limit)
-    except FileNotFoundError:
-        raise TraceError(f"trace file {path} does not exist") from None
-    except UnicodeDecodeError:
-        raise TraceError(f"trace file {path} is not UTF-8 text") from None
     if not requests:
         raise TraceError(f"trace file {path} holds no requests")
     return requests, fmt

@@ -1,0 +1,186 @@
+"""Fuzzing the boundary: every input either runs or is refused in one sentence, quickly.
+
+Hypothesis mutates a small valid run three ways (config fields, trace lines, a model's
+config.json) with values drawn to be odd: zero, negative, huge, non-finite, of the wrong
+type, nested. Through the Python API each must return a Result or raise ServesimError
+with a one-line message, within TIME_LIMIT_S; a few CLI runs check the same end to end
+(exit 0 or 2, one `error:` line, no traceback).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import servesim
+from servesim.errors import ServesimError
+
+from .bad_input_corpus import MODEL, TRACE, base_config
+
+TIME_LIMIT_S = 10
+# SERVESIM_FUZZ_EXAMPLES=500 (with SERVESIM_HYPOTHESIS=explore) hunts further.
+FUZZ = settings(max_examples=int(os.environ.get("SERVESIM_FUZZ_EXAMPLES", "40")), deadline=None,
+                suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+class _Timeout(BaseException):
+    pass
+
+
+def bounded_simulate(**kwargs) -> str:
+    """'ok' or 'error'; fails the test on any other exception or after TIME_LIMIT_S seconds."""
+    def on_alarm(signum, frame):
+        raise _Timeout
+
+    old = signal.signal(signal.SIGALRM, on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, TIME_LIMIT_S)
+    try:
+        servesim.simulate(**kwargs)
+        return "ok"
+    except ServesimError as err:
+        message = str(err)
+        assert message and "\n" not in message, repr(message)
+        return "error"
+    except _Timeout:
+        pytest.fail(f"no answer within {TIME_LIMIT_S} s for {kwargs}")
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
+# Values a user might mistype or a tool might emit: odd numbers, wrong types, nesting.
+ODD_INTS = st.sampled_from([0, -1, 1, 2, 7, 2**31, 2**63, 10**12, 10**30, -10**30])
+ODD_FLOATS = st.sampled_from([0.0, -0.0, 1e-300, 0.5, 1.5, 1e15, 1e300, float("inf"), float("-inf"), float("nan")])
+SCALARS = st.one_of(ODD_INTS, ODD_FLOATS, st.booleans(), st.none(), st.text(max_size=5))
+ODD = st.recursive(SCALARS, lambda inner: st.one_of(st.lists(inner, max_size=3),
+                                                    st.dictionaries(st.text(max_size=3), inner, max_size=2)),
+                   max_leaves=6)
+
+CONFIG_PATHS = [
+    "seed", "model", "gpu", "precision", "kv_cache_dtype",
+    "engine.backend", "engine.tokenization_ms", "engine.timing.kind", "engine.timing.pass_ms",
+    "engine.workers.aggregated.count", "engine.workers.aggregated.tp",
+    "engine.workers.aggregated.scheduler.max_num_seqs", "engine.workers.aggregated.scheduler.block_size",
+    "engine.workers.aggregated.scheduler.num_gpu_blocks", "engine.workers.aggregated.scheduler.max_model_len",
+    "engine.workers.aggregated.scheduler.max_num_batched_tokens",
+    "workload.format", "workload.max_requests", "workload.warmup_requests", "workload.trace_block_size",
+    "workload.client", "workload.client.mode", "workload.client.time_scale", "workload.client.rate",
+    "workload.client.concurrency", "router.policy", "slo.ttft_ms",
+]
+
+
+def _set(config: dict, dotted: str, value) -> None:
+    node = config
+    *parents, last = dotted.split(".")
+    for key in parents:
+        child = node.get(key)
+        if not isinstance(child, dict):
+            child = node[key] = {}
+        node = child
+    node[last] = value
+
+
+@FUZZ
+@given(st.lists(st.tuples(st.sampled_from(CONFIG_PATHS), ODD), min_size=1, max_size=3))
+def test_config_mappings_run_or_refuse_in_one_sentence(tmp_path, edits):
+    (tmp_path / "trace.jsonl").write_text(TRACE)
+    config = base_config(trace=str(tmp_path / "trace.jsonl"))
+    for path, value in edits:
+        _set(config, path, value)
+    bounded_simulate(config=config)
+
+
+ROW_VALUES = st.one_of(ODD_INTS, ODD_FLOATS, st.booleans(), st.none(), st.text(max_size=4),
+                       st.lists(ODD_INTS, max_size=3))
+
+
+@st.composite
+def trace_lines(draw) -> str:
+    """A JSONL line: a row with odd field values, or odd text."""
+    if draw(st.integers(0, 4)) == 0:
+        return draw(st.text(max_size=20)).replace("\n", " ")
+    row = {"timestamp": 0, "input_length": 5, "output_length": 2}
+    for key in draw(st.lists(st.sampled_from(["timestamp", "input_length", "output_length", "hash_ids", "x"]),
+                             max_size=2)):
+        row[key] = draw(ROW_VALUES)
+    # allow_nan: JSON's NaN/Infinity spellings, which Python's json reads back.
+    return json.dumps(row)
+
+
+@FUZZ
+@given(st.lists(trace_lines(), min_size=1, max_size=4), st.sampled_from(["mooncake", None]))
+def test_trace_lines_run_or_refuse_in_one_sentence(tmp_path, lines, fmt):
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    config = base_config(trace=str(trace))
+    config["workload"]["format"] = fmt
+    if fmt is None:
+        del config["workload"]["format"]
+    bounded_simulate(config=config)
+
+
+CELLS = st.one_of(st.sampled_from(["0", "1", "-1", "5", "1e300", "inf", "nan", "", " ", "1.5", "10" * 20,
+                                   "2023-11-16 18:17:03.97", "0001-01-01 00:00:00", "9999-12-31 23:59:59"]),
+                  st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=6))
+
+
+@FUZZ
+@given(st.sampled_from(["vidur", "azure"]), st.lists(st.lists(CELLS, min_size=2, max_size=4), min_size=1, max_size=3))
+def test_csv_trace_cells_run_or_refuse_in_one_sentence(tmp_path, fmt, rows):
+    header = ("num_prefill_tokens,num_decode_tokens,arrived_at" if fmt == "vidur"
+              else "TIMESTAMP,ContextTokens,GeneratedTokens")
+    body = "".join(",".join(cells) + "\n" for cells in rows)
+    trace = tmp_path / "t.csv"
+    trace.write_text(header + "\n" + body, encoding="utf-8")
+    config = base_config(trace=str(trace))
+    config["workload"]["format"] = fmt
+    bounded_simulate(config=config)
+
+
+MODEL_KEYS = ["hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "vocab_size",
+              "intermediate_size", "max_position_embeddings", "head_dim", "num_experts", "num_experts_per_tok",
+              "moe_intermediate_size", "decoder_sparse_step", "first_k_dense_replace", "mlp_only_layers",
+              "layer_types", "sliding_window", "full_attention_interval", "kv_lora_rank", "quantization_config",
+              "tie_word_embeddings", "text_config", "torch_dtype"]
+
+
+@FUZZ
+@given(st.lists(st.tuples(st.sampled_from(MODEL_KEYS), ODD), min_size=1, max_size=3))
+def test_model_config_json_runs_or_refuses_in_one_sentence(tmp_path, edits):
+    model = dict(MODEL)
+    for key, value in edits:
+        model[key] = value
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps(model))
+    (tmp_path / "trace.jsonl").write_text(TRACE)
+    config = base_config(trace=str(tmp_path / "trace.jsonl"), model=str(path))
+    # Roofline timing reads every size of the model, so odd sizes reach the step-time model too.
+    config["engine"]["timing"] = {"kind": "roofline"}
+    bounded_simulate(config=config)
+
+
+@pytest.mark.parametrize("edits", [
+    {"engine.timing.pass_ms": 1e300},
+    {"workload.client": {"mode": "poisson", "rate": float("inf")}},
+    {"model": "m.json"},
+], ids=["huge-pass", "inf-rate", "odd-model"])
+def test_cli_answers_in_one_sentence_or_runs(tmp_path, edits):
+    (tmp_path / "trace.jsonl").write_text(TRACE)
+    (tmp_path / "m.json").write_text(json.dumps({**MODEL, "num_hidden_layers": 10**9, "num_experts": 8,
+                                                 "num_experts_per_tok": 2}))
+    config = base_config()
+    for path, value in edits.items():
+        _set(config, path, value)
+    (tmp_path / "c.yaml").write_text(json.dumps(config))
+    proc = subprocess.run([sys.executable, "-m", "servesim", "run", "c.yaml", "-q"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode in (0, 2) and "Traceback" not in proc.stderr, proc.stderr
+    if proc.returncode == 2:
+        assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("error: "), proc.stderr
