@@ -48,6 +48,8 @@ def assert_same(config):
     a = {k: v for k, v in fast.summary.items() if k != "wall_time_ms"}
     b = {k: v for k, v in reference.summary.items() if k not in ("wall_time_ms",)}
     b["config_hash"] = a["config_hash"]  # the configs differ only in engine.reference
+    b["simulated"] = dict(b["simulated"], engine=a["simulated"]["engine"],  # which names the engine that ran
+                          engine_reason=a["simulated"]["engine_reason"])
     # KV-usage samples are taken per pass record, and a fast-forwarded run is one record.
     for workers in (a["workers"], b["workers"]):
         for w in workers:

@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from servesim import __version__
+from servesim import __version__, limits
+from servesim.api_checks import check_simulate_arguments
 from servesim.cluster.fleet import RequestFactory, build_roles
 from servesim.cluster.router import Router
 from servesim.cluster.simulation import Simulation
@@ -17,11 +18,13 @@ from servesim.config import SimulationConfig, config_hash, load_config
 from servesim.errors import ServesimError
 from servesim.metrics.collector import Collector
 from servesim.metrics.records import RequestTable
-from servesim.metrics.summary import summarize
+from servesim.metrics.run_info import engine_choice
+from servesim.metrics.run_report import report_run
+from servesim.metrics.summary import DEFAULT_PERCENTILES, check_percentiles, summarize
 from servesim.resolve import ResolvedRun, resolve
 from servesim.workload.clients import make_client
 from servesim.workload.prompt import PrefixInterner
-from servesim.workload.synthetic import generate
+from servesim.workload.synthetic import content_block_size, generate, synthetic_count
 from servesim.workload.trace import TraceRequest, file_sha256, load_trace
 
 
@@ -33,18 +36,22 @@ class Result:
     warnings: list[str] = field(default_factory=list)
     # Per worker, in fleet order: sampled state over simulated time (metrics/collector.py).
     timelines: dict[str, dict[str, list]] = field(default_factory=dict)
+    # simulate(detailed=True): each measured request's output delivery times (ns), by request id.
+    token_times: dict[int, Any] | None = None
 
 
 def _load_requests(run: ResolvedRun) -> tuple[Iterable[TraceRequest], dict[str, Any]]:
     workload = run.config.workload
     if run.trace_path is not None:
-        requests, fmt = load_trace(run.trace_path, workload.format, workload.max_requests)
+        # One past the limit, so a longer trace is refused without being read whole.
+        requests, fmt = load_trace(run.trace_path, workload.format, workload.max_requests or limits.MAX_REQUESTS + 1)
         info = {"trace": str(run.trace_path), "trace_format": fmt, "trace_sha256": file_sha256(run.trace_path)}
         return requests, info
     synthetic = workload.synthetic
     lengths = run.lengths_path
     if lengths is not None and not lengths.is_file():
-        raise ServesimError(f"workload.synthetic.lengths_from: {lengths} does not exist")
+        problem = "is a folder, not a file" if lengths.is_dir() else "does not exist"
+        raise ServesimError(f"workload.synthetic.lengths_from: {lengths} {problem}")
     stream = generate(synthetic, run.config.seed, lengths)
     if workload.max_requests is not None:
         stream = itertools.islice(stream, workload.max_requests)
@@ -61,33 +68,44 @@ def simulate(
     overrides: list[tuple[str, Any]] | None = None,
     pass_log: TextIO | None = None,
     progress=None,
+    percentiles=None,
+    detailed: bool = False,
 ) -> Result:
     """Run one simulation.
 
     `config` is a parsed config, a dict, a YAML path, or None for the embedded
     default. `trace` and `seed` replace the workload's trace and the root seed;
-    `overrides` are (dotted.key, value) pairs applied before validation.
+    `overrides` are (dotted.key, value) pairs (or a dict) applied before validation;
+    a wrong argument type raises ServesimError naming the argument (api_checks.py).
     `pass_log` receives one JSON line per pass; `progress(sim_ns, done, total)`
-    is called now and then.
+    is called now and then. `percentiles` (default 50, 90, 95, 99) are those the
+    summary reports for TTFT, TPOT, ITL and E2E (`p99.9_ttft_ms`, ...); `detailed`
+    records each request's token times (`Result.token_times`, for vllm's
+    `--save-detailed`), which runs the reference engine.
     """
     wall_start = time.perf_counter()
-    overrides = list(overrides or [])
+    overrides = check_simulate_arguments(config, trace, seed, overrides, pass_log, progress)
     if trace is not None:
         overrides.append(("workload.trace", str(Path(trace).resolve())))
         overrides.append(("workload.synthetic", None))
     if seed is not None:
         overrides.append(("seed", seed))
-    run = resolve(load_config(config, overrides))
+    percentiles = DEFAULT_PERCENTILES if percentiles is None else check_percentiles(percentiles)
+    if not isinstance(detailed, bool):
+        raise ServesimError(f"detailed must be True or False, got {detailed!r}")
+    loaded = load_config(config, overrides)
+    limits.check_config(loaded.config, loaded.source)
+    profile_given = getattr(loaded.config.engine.timing, "profile", None) is not None
+    run = resolve(loaded)
     cfg = run.config
     requests, trace_info = _load_requests(run)
-    client = make_client(cfg.workload.client, requests, cfg.seed)
+    limits.check_requests(requests, cfg, run.source)
+    client = make_client(cfg.workload.client, requests, cfg.seed, total=synthetic_count(cfg.workload))
 
-    notes = []
-
-    collector = Collector(pass_log, cfg.workload.warmup_requests)
+    collector = Collector(pass_log, cfg.workload.warmup_requests, token_times=detailed)
     sim = Simulation(client, round(cfg.engine.tokenization_ms * 1e6), collector)
     # The pass log lists every request of every pass, which the fast engine does not visit.
-    use_reference = cfg.engine.reference or pass_log is not None
+    use_reference = cfg.engine.reference or pass_log is not None or detailed
     sim.roles = build_roles(cfg, run.deployments, sim, sim.on_pass_done, use_reference)
     workers = [w for role in sim.roles.values() for w in role.workers]
     collector.register(workers)
@@ -97,7 +115,7 @@ def simulate(
     if isinstance(requests, list):
         interner.count_requests(requests, cfg.workload.trace_block_size)
     for name, role in sim.roles.items():
-        sim.factories[name] = RequestFactory(role.scheduler_cfg, cfg.workload.trace_block_size, interner)
+        sim.factories[name] = RequestFactory(role.scheduler_cfg, content_block_size(cfg.workload), interner)
         sim.routers[name] = Router(cfg.router, role.workers, cfg.seed, purpose=f"router:{name}")
     if cfg.engine.disaggregated:
         from servesim.cluster.disaggregation import Disaggregation
@@ -111,10 +129,12 @@ def simulate(
     if cfg.workload.warmup_requests >= total:
         raise ServesimError(f"workload.warmup_requests is {cfg.workload.warmup_requests} but the workload has "
                             f"only {total} requests: nothing would be measured")
-    sim.run(progress=(lambda t, done: progress(t, done, total)) if progress else None)
+    with limits.clock_overflow_is_an_error():
+        sim.run(progress=(lambda t, done: progress(t, done, total)) if progress else None)
 
     records = collector.records
-    summary = summarize(records, collector.itl, cfg.slo, cfg.workload.warmup_requests)
+    summary = summarize(records, collector.itl, cfg.slo, cfg.workload.warmup_requests, percentiles,
+                        collector.deliveries())
     wall_ms = (time.perf_counter() - wall_start) * 1e3
     gpus = sum(role.gpus for role in sim.roles.values())
     summary.update({
@@ -135,7 +155,10 @@ def simulate(
         "mean_acceptance_length": _mean_acceptance_length(sim.roles),
         "workers": collector.worker_summaries(sim.now),
     })
-    return Result(summary=summary, requests=records, config=cfg, warnings=notes, timelines=collector.timelines())
+    notes = report_run(summary, records, run, sim, requests, profile_given,
+                       engine_choice(cfg, pass_log is not None, detailed))
+    return Result(summary=summary, requests=records, config=cfg, warnings=notes, timelines=collector.timelines(),
+                  token_times=collector.token_times)
 
 
 def _mean_acceptance_length(roles) -> float | None:

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+from array import array
 from typing import TextIO
+
+import numpy as np
 
 from servesim.engine.passes import ScheduledPass
 from servesim.engine.request import Request
@@ -16,8 +19,21 @@ def _ms(ns: int) -> float:
 
 
 class Collector:
-    def __init__(self, pass_log: TextIO | None = None, warmup: int = 0) -> None:
+    def __init__(self, pass_log: TextIO | None = None, warmup: int = 0, token_times: bool = False) -> None:
         self.itl = LogHistogram()   # inter-token gaps of measured requests (warm-up ones left out)
+        # Output deliveries (streamed chunks) to measured requests, for vllm bench's peak output
+        # rate: pass ends and counts. A fast-forwarded run of passes is kept as its last end,
+        # step count, deliveries per step and its gap (uniform) or step durations (varied),
+        # in flat arrays: a run is often a handful of passes, where a numpy call per run
+        # costs more than the run.
+        self._delivery_ns = array("q")
+        self._delivery_n = array("q")
+        self._uniform_runs = array("q")    # end, steps, count, gap; per run
+        self._varied_runs = array("q")     # end, steps, count; per run
+        self._varied_durations = array("q")
+        # Every measured request's delivery times (`--save-detailed`; the reference engine only,
+        # which delivers to each request by name).
+        self.token_times: dict[int, array] | None = {} if token_times else None
         self.warmup = warmup
         self.records = RequestTable()
         self.pass_log = pass_log
@@ -33,6 +49,8 @@ class Collector:
         # Most requests delivered by a pass got their previous token from the same pass: count
         # the gaps first and add each distinct one once.
         gaps: dict[int, int] = {}
+        delivered = 0
+        times = self.token_times
         for request in done.delivered:
             if request.first_token_ns is None:
                 request.first_token_ns = end
@@ -40,8 +58,24 @@ class Collector:
                 gap = end - request.last_token_ns
                 gaps[gap] = gaps.get(gap, 0) + 1
             request.last_token_ns = end
+            if request.request_id >= warmup:
+                delivered += 1
+                if times is not None:
+                    times.setdefault(request.request_id, array("q")).append(end)
         measured = done.bulk_deliveries - done.bulk_warmup
         steps = done.group_steps - done.early_steps   # earlier passes of a run went in early records
+        if measured and steps > 1:
+            if done.step_durations is None:
+                self._uniform_runs.extend((end, steps, measured, done.bulk_gap_ns))
+            else:
+                self._varied_runs.extend((end, steps, measured))
+                durations = done.step_durations
+                self._varied_durations.extend(durations if len(durations) == steps else durations[-steps:])
+        elif measured:
+            delivered += measured
+        if delivered:
+            self._delivery_ns.append(end)
+            self._delivery_n.append(delivered)
         if measured:
             # Each gap is one pass, but the first of a request whose previous token came
             # before the run started (late): that one runs from its previous token.
@@ -76,6 +110,25 @@ class Collector:
             stats.kv_max = done.kv_peak
         if self.pass_log is not None:
             self.pass_log.write(json.dumps(self.pass_record(worker.name, done)) + "\n")
+
+    def deliveries(self) -> tuple[np.ndarray, np.ndarray]:
+        """(time ns, count) of every output delivery to a measured request, unordered."""
+        times = [np.frombuffer(self._delivery_ns, dtype=np.int64)]
+        counts = [np.frombuffer(self._delivery_n, dtype=np.int64)]
+        if self._uniform_runs:
+            end, steps, count, gap = np.frombuffer(self._uniform_runs, dtype=np.int64).reshape(-1, 4).T
+            run, back = _steps_from_last(steps)
+            times.append(end[run] - gap[run] * back)
+            counts.append(count[run])
+        if self._varied_runs:
+            end, steps, count = np.frombuffer(self._varied_runs, dtype=np.int64).reshape(-1, 3).T
+            run, _ = _steps_from_last(steps)
+            through = np.cumsum(np.frombuffer(self._varied_durations, dtype=np.int64))
+            # A pass ends its run's last end less the durations of the run's passes after it.
+            after = through[np.cumsum(steps) - 1][run] - through
+            times.append(end[run] - after)
+            counts.append(count[run])
+        return np.concatenate(times), np.concatenate(counts)
 
     @staticmethod
     def pass_record(worker_name: str, done: ScheduledPass) -> dict:
@@ -124,6 +177,15 @@ class Collector:
     def timelines(self) -> dict[str, dict[str, list]]:
         """Each worker's sampled timeline, in fleet order (see `WorkerStats.timeline_columns`)."""
         return {name: stats.timeline_columns() for name, stats in self.workers.items()}
+
+
+def _steps_from_last(steps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For runs of `steps` passes laid end to end: each pass's run, and how many passes of
+    that run come after it."""
+    run = np.repeat(np.arange(len(steps)), steps)
+    first = np.cumsum(steps) - steps
+    position = np.arange(int(steps.sum())) - first[run]
+    return run, steps[run] - 1 - position
 
 
 TIMELINE_POINTS = 256

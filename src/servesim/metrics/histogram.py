@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_right
+from operator import mul
 
 
 class LogHistogram:
@@ -18,12 +19,21 @@ class LogHistogram:
         self.counts: dict[int, int] = {}
         self.count = 0
         self.total = 0
+        self.total_sq = 0          # Σ value² (exact integers): the standard deviation
+        self.min: int | None = None
+        self.max: int | None = None
         self.zeros = 0
 
     def add(self, value: int, count: int = 1) -> None:
         """Record `count` samples of `value`."""
         self.count += count
         self.total += value * count
+        if count > 0:
+            self.total_sq += value * value * count
+            if self.min is None or value < self.min:
+                self.min = value
+            if self.max is None or value > self.max:
+                self.max = value
         if value <= 0:
             self.zeros += count
             return
@@ -37,6 +47,12 @@ class LogHistogram:
         values = sorted(values)
         self.count += len(values) * count
         self.total += sum(values) * count
+        if values and count > 0:
+            self.total_sq += sum(map(mul, values, values)) * count
+            if self.min is None or values[0] < self.min:
+                self.min = values[0]
+            if self.max is None or values[-1] > self.max:
+                self.max = values[-1]
         start = bisect_right(values, 0)
         if start:
             self.zeros += start * count
@@ -81,3 +97,11 @@ class LogHistogram:
     @property
     def mean(self) -> float:
         return self.total / self.count if self.count else math.nan
+
+    @property
+    def std(self) -> float:
+        """Population standard deviation (numpy's default, as vllm bench uses), exact."""
+        if not self.count:
+            return math.nan
+        # n²·variance = n·Σv² - (Σv)², an exact integer.
+        return math.sqrt(self.count * self.total_sq - self.total * self.total) / self.count

@@ -16,6 +16,7 @@ REQUEST_COLUMNS = (
     "cached_tokens", "preemptions", "worker", "ttft_ms", "e2e_ms",
     "tpot_ms", "first_scheduled_ms", "requested_output_length", "status",
     "prefill_worker", "transfer_start_ms", "transfer_end_ms", "transfer_bytes", "host_cached_tokens",
+    "trace_request_id", "error",
 )
 STATUSES = ("ok", "length_capped", "rejected")
 _NONE = -1
@@ -40,6 +41,8 @@ class RequestRecord:
     transfer_end_ns: int | None = None
     transfer_bytes: int = 0
     host_cached_tokens: int = 0  # KV offload: prompt tokens loaded from the host tier at first admission
+    trace_request_id: str = ""  # the trace's own id (servesim-jsonl `request_id`), when it has one
+    error: str = ""             # why a rejected request was refused
 
     @property
     def completed(self) -> bool:
@@ -75,6 +78,13 @@ def _ms(ns: int | float | None) -> str:
     return f"{ns / 1e6:.6f}".rstrip("0").rstrip(".")
 
 
+def _cell(text: str) -> str:
+    """A CSV cell: quoted (quotes doubled) when it holds a separator, quote or line break."""
+    if any(c in text for c in ',"\r\n'):
+        return '"' + text.replace('"', '""') + '"'
+    return text
+
+
 class RequestTable:
     """Every request's record, as columns (about 90 bytes a request), in completion order.
 
@@ -95,6 +105,16 @@ class RequestTable:
         self.workers: list[str] = []
         self._worker_index: dict[str, int] = {}
         self._order: np.ndarray | None = None
+        # Set after the run (servesim.run): the trace's own ids, indexed by request id (None:
+        # the workload has none), and the reason each rejected request was refused.
+        self.trace_ids: list[str | None] | None = None
+        self.errors: dict[int, str] = {}
+
+    def trace_id_of(self, request_id: int) -> str:
+        ids = self.trace_ids
+        if ids is None or request_id >= len(ids) or ids[request_id] is None:
+            return ""
+        return ids[request_id]
 
     def append(self, request: Request) -> None:
         self.request_id.append(request.request_id)
@@ -154,6 +174,7 @@ class RequestTable:
             prefill_worker=self.workers[self.prefill_worker[i]], transfer_start_ns=opt(self.transfer_start_ns),
             transfer_end_ns=opt(self.transfer_end_ns), transfer_bytes=self.transfer_bytes[i],
             host_cached_tokens=self.host_cached_tokens[i],
+            trace_request_id=self.trace_id_of(self.request_id[i]), error=self.errors.get(self.request_id[i], ""),
         )
 
     def __getitem__(self, position: int) -> RequestRecord:
@@ -215,8 +236,11 @@ class RequestTable:
             for end, begin, count, defined in zip(
                 finish.tolist(), first.tolist(), output.tolist(), tpot_defined.tolist())
         ]
+        ids = ints("request_id").tolist()
+        trace_ids = [""] * len(ids) if self.trace_ids is None else [_cell(self.trace_id_of(i)) for i in ids]
+        errors = [_cell(self.errors.get(i, "")) for i in ids] if self.errors else [""] * len(ids)
         columns = (
-            plain(ints("request_id")), times(arrival), times(first), times(finish),
+            list(map(str, ids)), times(arrival), times(first), times(finish),
             plain(ints("input_length")), plain(output), plain(ints("cached_tokens")),
             plain(ints("preemptions")), [names[i] for i in self.column("worker")[order].tolist()],
             times(ttft), times(e2e), tpot, times(ints("first_scheduled_ns")),
@@ -224,6 +248,6 @@ class RequestTable:
             [STATUSES[i] for i in self.column("status")[order].tolist()],
             [names[i] for i in self.column("prefill_worker")[order].tolist()],
             times(ints("transfer_start_ns")), times(ints("transfer_end_ns")),
-            plain(ints("transfer_bytes")), plain(ints("host_cached_tokens")),
+            plain(ints("transfer_bytes")), plain(ints("host_cached_tokens")), trace_ids, errors,
         )
         fh.writelines(",".join(row) + "\n" for row in zip(*columns))

@@ -2,7 +2,9 @@
 
 TTFT, TPOT and E2E percentiles are exact (numpy's linear interpolation, as
 vllm bench uses); ITL percentiles come from a histogram within 0.5% relative
-error, its mean is exact. Goodput counts requests that meet every SLO set.
+error, its mean, standard deviation, minimum and maximum are exact. Keys are
+spelt as vllm bench writes them (`p99.9_ttft_ms`); `median_*` is kept beside
+`p50_*`. Goodput counts requests that meet every SLO set.
 """
 
 from __future__ import annotations
@@ -12,39 +14,107 @@ import math
 import numpy as np
 
 from servesim.config import SloConfig
+from servesim.errors import ServesimError
 from servesim.metrics.histogram import LogHistogram
 from servesim.metrics.records import RequestTable
 
-PERCENTILES = (50, 90, 99)
+NS_PER_S = 1_000_000_000
+
+DEFAULT_PERCENTILES = (50.0, 90.0, 95.0, 99.0)
+PERCENTILES = DEFAULT_PERCENTILES   # the old name
 
 
-def _stats(name: str, values_ms: np.ndarray) -> dict[str, float | None]:
+def percentile_word(q: float) -> str:
+    """How vllm bench spells a percentile in its keys: 99 -> "99", 99.9 -> "99.9"."""
+    return str(int(q)) if int(q) == q else str(q)
+
+
+def parse_percentiles(text: str) -> tuple[float, ...]:
+    """`--metric-percentiles 50,90,99.9` (vllm bench serve's spelling) as sorted, distinct values."""
+    values = []
+    for part in text.split(","):
+        part = part.strip()
+        try:
+            value = float(part)
+        except ValueError:
+            value = math.nan
+        if not 0 < value <= 100:   # also refuses nan and inf
+            raise ServesimError(f"--metric-percentiles: {part!r} is not a percentile in (0, 100]; "
+                                "give a comma-separated list such as 50,90,99.9")
+        values.append(value)
+    return tuple(sorted(set(values)))
+
+
+def check_percentiles(percentiles) -> tuple[float, ...]:
+    """The `percentiles=` argument of simulate(): numbers in (0, 100]."""
+    if isinstance(percentiles, (str, bytes)) or not hasattr(percentiles, "__iter__"):
+        raise ServesimError(f"percentiles must be a list of numbers in (0, 100], got {percentiles!r}")
+    out = []
+    for q in percentiles:
+        if isinstance(q, bool) or not isinstance(q, (int, float)) or not 0 < q <= 100:
+            raise ServesimError(f"percentiles must be numbers in (0, 100], got {q!r}")
+        out.append(float(q))
+    if not out:
+        raise ServesimError("percentiles must name at least one percentile")
+    return tuple(sorted(set(out)))
+
+
+def _stats(name: str, values_ms: np.ndarray, percentiles) -> dict[str, float | None]:
+    keys = ([f"mean_{name}_ms", f"median_{name}_ms", f"std_{name}_ms", f"min_{name}_ms", f"max_{name}_ms"]
+            + [f"p{percentile_word(q)}_{name}_ms" for q in percentiles])
     if values_ms.size == 0:
-        return {f"mean_{name}_ms": None, f"median_{name}_ms": None, f"std_{name}_ms": None,
-                **{f"p{q}_{name}_ms": None for q in PERCENTILES if q != 50}}
+        return dict.fromkeys(keys)
     out = {
         f"mean_{name}_ms": float(values_ms.mean()),
         f"median_{name}_ms": float(np.percentile(values_ms, 50)),
         f"std_{name}_ms": float(values_ms.std()),
+        f"min_{name}_ms": float(values_ms.min()),
+        f"max_{name}_ms": float(values_ms.max()),
     }
-    for q in PERCENTILES:
-        if q != 50:
-            out[f"p{q}_{name}_ms"] = float(np.percentile(values_ms, q))
+    for q in percentiles:
+        out[f"p{percentile_word(q)}_{name}_ms"] = float(np.percentile(values_ms, q))
     return out
 
 
-def _hist_stats(name: str, hist: LogHistogram) -> dict[str, float | None]:
+def _hist_stats(name: str, hist: LogHistogram, percentiles) -> dict[str, float | None]:
+    keys = ([f"mean_{name}_ms", f"median_{name}_ms", f"std_{name}_ms", f"min_{name}_ms", f"max_{name}_ms"]
+            + [f"p{percentile_word(q)}_{name}_ms" for q in percentiles])
     if hist.count == 0:
-        return {f"mean_{name}_ms": None, f"median_{name}_ms": None,
-                **{f"p{q}_{name}_ms": None for q in PERCENTILES if q != 50}}
-    out = {f"mean_{name}_ms": hist.mean / 1e6, f"median_{name}_ms": hist.percentile(50) / 1e6}
-    for q in PERCENTILES:
-        if q != 50:
-            out[f"p{q}_{name}_ms"] = hist.percentile(q) / 1e6
+        return dict.fromkeys(keys)
+    out = {f"mean_{name}_ms": hist.mean / 1e6, f"median_{name}_ms": hist.percentile(50) / 1e6,
+           f"std_{name}_ms": hist.std / 1e6, f"min_{name}_ms": hist.min / 1e6, f"max_{name}_ms": hist.max / 1e6}
+    for q in percentiles:
+        out[f"p{percentile_word(q)}_{name}_ms"] = hist.percentile(q) / 1e6
     return out
 
 
-def summarize(table: RequestTable, itl: LogHistogram, slo: SloConfig, warmup: int = 0) -> dict:
+def peak_output_and_concurrency(start_ns: np.ndarray, end_ns: np.ndarray, token_ns: np.ndarray,
+                                token_n: np.ndarray) -> tuple[float, int]:
+    """vllm bench serve's `max_output_tokens_per_s` and `max_concurrent_requests`.
+
+    As vLLM 0.32 `calculate_metrics` (vllm/benchmarks/serve.py) computes them over the
+    successful requests: whole seconds counted from the first one's start; each output
+    chunk adds one to the second it arrives in; each request adds one to every second from
+    the one it starts in to the one it ends in, both included. The peaks are the largest
+    counts. (Here with integer nanoseconds, where vLLM truncates float seconds.)
+    """
+    if start_ns.size == 0:
+        return 0.0, 0
+    origin = int(start_ns.min())
+    seconds = -(-(int(end_ns.max()) - origin) // NS_PER_S) + 1   # vLLM: ceil(span) + 1 buckets
+    bucket = (token_ns - origin) // NS_PER_S
+    inside = (bucket >= 0) & (bucket < seconds)
+    tokens = np.bincount(bucket[inside], weights=token_n[inside], minlength=seconds)
+    first = (start_ns - origin) // NS_PER_S
+    last = (end_ns - origin) // NS_PER_S
+    steps = np.bincount(first, minlength=seconds + 1) - np.bincount(last + 1, minlength=seconds + 1)
+    return float(tokens.max()), int(np.cumsum(steps).max())
+
+
+def summarize(table: RequestTable, itl: LogHistogram, slo: SloConfig, warmup: int = 0,
+              percentiles=DEFAULT_PERCENTILES, deliveries: tuple[np.ndarray, np.ndarray] | None = None) -> dict:
+    """The run's figures; `deliveries` ((time ns, count) of output chunks to measured requests,
+    Collector.deliveries) gives the peak output rate, None leaves it out."""
     # In request-id order: float sums must not depend on the order requests completed in
     # (equal-time completions on different workers may be processed in either order).
     order = table.id_order()
@@ -105,15 +175,20 @@ def summarize(table: RequestTable, itl: LogHistogram, slo: SloConfig, warmup: in
         "input_throughput_tok_s": rate(input_tokens),
         "output_throughput_tok_s": rate(output_tokens),
         "total_token_throughput_tok_s": rate(input_tokens + output_tokens),
-        **_stats("ttft", ttft),
-        **_stats("tpot", tpot),
-        **_hist_stats("itl", itl),
-        **_stats("e2e", e2e),
+        **_stats("ttft", ttft, percentiles),
+        **_stats("tpot", tpot, percentiles),
+        **_hist_stats("itl", itl, percentiles),
+        **_stats("e2e", e2e, percentiles),
         "good_requests": int(good.sum()),
         "request_goodput_req_s": rate(int(good.sum())),
         "goodput_output_throughput_tok_s": rate(good_output),
         "prefix_cache_hit_rate": cached / input_tokens if input_tokens else None,
         "host_cache_hit_rate": host_cached / input_tokens if input_tokens else None,
         "preempted_requests": int((column("preemptions")[done] > 0).sum()),
+        "percentiles": [float(q) for q in percentiles],
     }
+    if deliveries is not None:
+        peak_tokens, peak_requests = peak_output_and_concurrency(arrival_all[done], finish_all[done], *deliveries)
+        summary["max_output_tokens_per_s"] = peak_tokens
+        summary["max_concurrent_requests"] = peak_requests
     return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in summary.items()}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from servesim.config import SimulationConfig
+from servesim.metrics.summary import DEFAULT_PERCENTILES, percentile_word
 
 
 def _num(value, digits: int = 2) -> str:
@@ -25,15 +26,23 @@ def summary_rows(summary: dict, config: SimulationConfig) -> list[tuple[str, str
         "Serving Benchmark Result (simulated)",
         ("Successful requests", _num(summary["completed"])),
         ("Failed requests", _num(summary["failed_requests"])),
+        *([("Warm-up requests (left out)", _num(summary["warmup_requests"]))]
+          if summary.get("warmup_requests") else []),
         ("Benchmark duration (s)", _num(summary["duration_ms"] / 1e3)),
         ("Total input tokens", _num(summary["total_input_tokens"])),
         ("Total generated tokens", _num(summary["total_output_tokens"])),
         ("Request throughput (req/s)", _num(summary["request_throughput_req_s"])),
         ("Request goodput (req/s)", _num(summary["request_goodput_req_s"])),
         ("Output token throughput (tok/s)", _num(summary["output_throughput_tok_s"])),
+        *([("Peak output token throughput (tok/s)", _num(summary["max_output_tokens_per_s"])),
+           ("Peak concurrent requests", _num(summary["max_concurrent_requests"]))]
+          if "max_output_tokens_per_s" in summary else []),
         ("Total token throughput (tok/s)", _num(summary["total_token_throughput_tok_s"])),
         ("Prefix cache hit rate (%)", _num(None if summary["prefix_cache_hit_rate"] is None
                                            else 100 * summary["prefix_cache_hit_rate"])),
+        *([("Host cache hit rate (%)", _num(None if summary.get("host_cache_hit_rate") is None
+                                             else 100 * summary["host_cache_hit_rate"]))]
+          if any(role.kv_offload is not None for role in config.engine.roles().values()) else []),
         ("Preemptions", _num(summary["preemptions"])),
     ]
     if summary.get("mean_acceptance_length") is not None:
@@ -44,12 +53,16 @@ def summary_rows(summary: dict, config: SimulationConfig) -> list[tuple[str, str
         rows.append(title)
         rows.append((f"Mean {short} (ms)", _num(summary[f"mean_{key}_ms"])))
         rows.append((f"Median {short} (ms)", _num(summary[f"median_{key}_ms"])))
-        rows.append((f"P90 {short} (ms)", _num(summary[f"p90_{key}_ms"])))
-        rows.append((f"P99 {short} (ms)", _num(summary[f"p99_{key}_ms"])))
+        for q in summary.get("percentiles", DEFAULT_PERCENTILES):
+            if q != 50:   # the median row shows it
+                word = percentile_word(q)
+                rows.append((f"P{word} {short} (ms)", _num(summary.get(f"p{word}_{key}_ms"))))
     rows.append("Goodput and simulator")
     rows.append(("SLOs", slo_text))
     rows.append(("Good requests", _num(summary["good_requests"])))
     rows.append(("Goodput output throughput (tok/s)", _num(summary["goodput_output_throughput_tok_s"])))
+    rows.append(("GPUs", _num(summary["gpus"])))
+    rows.append(("GPU-hours", _num(summary["gpu_hours"], 3)))
     rows.append(("Simulator wall time (s)", _num(summary["wall_time_ms"] / 1e3, 3)))
     return rows
 
@@ -68,12 +81,12 @@ def format_summary(summary: dict, config: SimulationConfig) -> list[str]:
     return lines
 
 
-def print_summary(summary: dict, config: SimulationConfig) -> None:
+def print_summary(summary: dict, config: SimulationConfig, stderr: bool = False) -> None:
     from rich.console import Console
     from rich.markup import escape
 
     fleet = " + ".join(f"{role.count}x {name} (tp={role.tp})" for name, role in config.engine.roles().items())
-    console = Console(highlight=False)
+    console = Console(highlight=False, stderr=stderr)
     console.print(f"{config.model} on {config.gpu}: {fleet}, {config.engine.backend}, "
                   f"{config.engine.timing.kind} timing", style="dim")
     for line in format_summary(summary, config):

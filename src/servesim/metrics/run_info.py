@@ -1,0 +1,52 @@
+"""summary.json's `simulated`: what ran, in the words of the config a user would write."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from servesim.engine.versions import ENGINE_LABELS, ENGINE_VERSIONS
+
+
+def engine_choice(config, pass_log: bool, token_times: bool) -> tuple[str, str]:
+    """Which engine ran ("fast" or "reference") and why."""
+    if config.engine.reference:
+        return "reference", "engine.reference is true"
+    if pass_log:
+        return "reference", "a pass log was asked for (--passes): it lists every request of every pass"
+    if token_times:
+        return "reference", "per-request token times were asked for (--save-detailed)"
+    if any(role.speculative is not None for role in config.engine.roles().values()):
+        return "reference", "speculative decoding runs the per-request engine (no lockstep decode group)"
+    return "fast", "the default (the reference engine gives the same results, more slowly)"
+
+
+def timing_profile(config, gpu: str) -> str | None:
+    """The step-time fit actually used: a roofline profile's key, or None for other timing kinds."""
+    timing = config.engine.timing
+    if timing.kind != "roofline":
+        return None
+    if timing.profile is not None:
+        return timing.profile if "/" in timing.profile else f"{timing.profile}/{config.engine.backend}"
+    from servesim.timing.roofline import fitted_profile
+
+    return fitted_profile(gpu, config.engine.backend)[1]
+
+
+def describe(config, gpu: str, engine: tuple[str, str], model_id: str) -> dict[str, Any]:
+    backend = config.engine.backend
+    return {
+        "model": config.model,
+        "model_id": model_id,   # its Hugging Face id, when the catalogue knows one
+        "gpu": gpu,
+        "backend": backend,
+        "engine_version_followed": f"{ENGINE_LABELS[backend]} {ENGINE_VERSIONS[backend]}",
+        "roles": {name: {"count": role.count, "tp": role.tp, "ep": role.ep, "attention_dp": role.attention_dp,
+                         "pp": role.pp, "gpus": role.count * role.tp * role.pp * role.attention_dp,
+                         "speculative": role.speculative is not None, "kv_offload": role.kv_offload is not None}
+                  for name, role in config.engine.roles().items()},
+        "timing": {**config.engine.timing.model_dump(mode="json"), "profile_used": timing_profile(config, gpu)},
+        "client": config.workload.client.model_dump(mode="json"),
+        "slo": config.slo.model_dump(mode="json"),
+        "engine": engine[0],
+        "engine_reason": engine[1],
+    }
