@@ -13,12 +13,13 @@ import copy
 import hashlib
 import json
 from pathlib import Path
+from collections.abc import Callable
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from servesim.errors import ServesimError
-from servesim.yaml_io import dump_yaml, load_yaml
+from servesim.yaml_io import dump_yaml, load_yaml, read_text
 
 PositiveInt = Annotated[int, Field(gt=0)]
 NonNegativeInt = Annotated[int, Field(ge=0)]
@@ -309,6 +310,9 @@ class RoleConfig(StrictModel):
     pp: PositiveInt = 1              # pipeline parallelism (only 1 is modelled)
     attention_dp: PositiveInt = 1    # data-parallel attention ranks (each its own KV cache and batch)
     ep: PositiveInt = 1              # expert parallelism, over the worker's tp × attention_dp GPUs
+    # The most GPUs one worker (tp × attention_dp × pp) may span; null: the GPU's NVLink domain
+    # in the catalogue (8 on HGX boards, 72 on NVL72 racks). Larger: the worker spans nodes.
+    gpus_per_node: PositiveInt | None = None
     gpu_memory_utilization: Annotated[float, Field(gt=0, le=1)] = 0.9
     # Validated against engine.backend's schema by `load_config` (it depends on a sibling
     # of this model's parent, which a field validator cannot see).
@@ -402,6 +406,9 @@ class SyntheticConfig(StrictModel):
     lengths_from: str | None = None
     lengths_format: Literal["mooncake", "azure", "vidur", "servesim-jsonl"] | None = None
     seed: NonNegativeInt | None = None
+    # The same first prefix_length tokens in every prompt, before its input_length tokens
+    # (vLLM's --random-prefix-len); the prefix cache can share them.
+    prefix_length: NonNegativeInt = 0
 
     @model_validator(mode="after")
     def _lengths(self) -> SyntheticConfig:
@@ -428,7 +435,50 @@ class ClosedLoopClient(StrictModel):
     concurrency: PositiveInt
 
 
-ClientConfig = Annotated[Union[OpenLoopClient, PoissonClient, ClosedLoopClient], Field(discriminator="mode")]
+Rate = Union[PositiveFloat, Literal["inf"]]   # "inf" (or YAML .inf) as vLLM's float("inf")
+
+
+class BenchClient(StrictModel):
+    """`vllm bench serve`'s traffic (vLLM 0.32 vllm/benchmarks/serve.py; workload/clients.py)."""
+
+    mode: Literal["bench"]
+    request_rate: Rate = "inf"                # requests/s; inf: all at time 0 (vLLM's default)
+    burstiness: Rate = 1.0                    # gamma shape of the gaps; 1: Poisson; inf: even gaps
+    max_concurrency: PositiveInt | None = None   # a semaphore in front of the server; null: none
+    ramp_up_strategy: Literal["linear", "exponential"] | None = None
+    ramp_up_start_rps: PositiveInt | None = None   # integers, as vLLM's --ramp-up-*-rps
+    ramp_up_end_rps: PositiveInt | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _spell_inf(cls, data: Any) -> Any:
+        # Kept as the string "inf": JSON (summary, config hash) has no infinity.
+        if isinstance(data, dict):
+            data = {k: "inf" if k in ("request_rate", "burstiness") and v == float("inf")
+                    and not isinstance(v, bool) else v for k, v in data.items()}
+        return data
+
+    @model_validator(mode="after")
+    def _ramp_up(self) -> BenchClient:
+        # vLLM 0.32 main_async's checks, in its words where they apply.
+        ends = (self.ramp_up_start_rps, self.ramp_up_end_rps)
+        if self.ramp_up_strategy is None:
+            if ends != (None, None):
+                raise ValueError("ramp_up_start_rps and ramp_up_end_rps need ramp_up_strategy "
+                                 "(linear or exponential)")
+            return self
+        if None in ends:
+            raise ValueError("ramp_up_strategy needs both ramp_up_start_rps and ramp_up_end_rps")
+        if self.request_rate != "inf":
+            raise ValueError("with ramp_up_strategy the rate follows the ramp-up; leave request_rate "
+                             "unset (inf), as vLLM requires")
+        if ends[0] > ends[1]:
+            raise ValueError(f"ramp_up_start_rps ({ends[0]}) must not exceed ramp_up_end_rps ({ends[1]})")
+        return self
+
+
+ClientConfig = Annotated[Union[OpenLoopClient, PoissonClient, ClosedLoopClient, BenchClient],
+                         Field(discriminator="mode")]
 TRACE_FORMATS = ("mooncake", "azure", "vidur", "servesim-jsonl")
 
 
@@ -521,17 +571,24 @@ def _describe(value: Any) -> str:
     return repr(value)
 
 
-def _error_sentence(err: ValidationError, data: Any, source: str, prefix: str = "") -> str:
+def _error_sentence(err: ValidationError, data: Any, source: str, prefix: str = "",
+                    blame: Callable[[str], str | None] | None = None) -> str:
+    """One sentence for a validation error; `blame(where)` may name the --set behind it instead of `source`."""
     errors = err.errors(include_url=False)
     # A union reports one complaint per member; a type mismatch usually means the wrong
     # member, so prefer the deepest error that is not one.
-    first = max(errors, key=lambda e: (len(e["loc"]), not e["type"].endswith("_type"))) if errors else None
+    # At equal depth an unknown key goes first: a misspelt key also makes the intended one "missing".
+    first = max(errors, key=lambda e: (len(e["loc"]), not e["type"].endswith("_type"),
+                                       e["type"] == "extra_forbidden")) if errors else None
     if first is None:
         return f"{source}: invalid configuration"
     where = ".".join(p for p in (prefix, _format_location(first["loc"], data)) if p)
+    source = (blame(where) if blame is not None else None) or source
     kind = first["type"]
     if kind == "extra_forbidden":
-        what = f"unknown key {where}"
+        from servesim.config_hints import did_you_mean
+
+        what = f"unknown key {where}" + did_you_mean(StrictModel, err.title, tuple(first["loc"]))
     elif kind in _TYPE_WORDS:
         what = f"{where} must be {_TYPE_WORDS[kind]}, got {_describe(first.get('input'))}"
     elif kind == "missing":
@@ -562,7 +619,7 @@ def set_dotted(data: dict, dotted: str, value: Any) -> None:
         if child is None:
             child = node[key] = {}
         elif not isinstance(child, dict):
-            raise ServesimError(f"--set {dotted}: {key} is not a mapping")
+            raise ServesimError(f"override {dotted}: {key} is {_describe(child)}, not a mapping")
         node = child
     node[keys[-1]] = value
 
@@ -578,10 +635,15 @@ def parse_override(text: str) -> tuple[str, Any]:
 class LoadedConfig:
     """A validated config plus where relative paths in it are anchored."""
 
-    def __init__(self, config: SimulationConfig, base_dir: Path, source: str):
+    def __init__(self, config: SimulationConfig, base_dir: Path, source: str, overrides=None):
         self.config = config
         self.base_dir = base_dir
         self.source = source
+        self.overrides = overrides   # servesim.overrides.OverrideLog: which override set what
+
+    def source_of(self, where: str) -> str:
+        """What an error about dotted field `where` should name: the override that set it, else the file."""
+        return (self.overrides.blame(where) if self.overrides is not None else None) or self.source
 
     def trace_path(self) -> Path | None:
         trace = self.config.workload.trace
@@ -598,13 +660,7 @@ def default_config_path() -> Path:
 
 
 def read_config_file(path: Path) -> dict:
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise ServesimError(f"config file {path} does not exist") from None
-    except OSError as err:
-        raise ServesimError(f"cannot read config file {path}: {err.strerror}") from None
-    data = load_yaml(text, str(path))
+    data = load_yaml(read_text(path, "config file"), str(path))
     if data is None:
         data = {}
     if not isinstance(data, dict):
@@ -612,8 +668,12 @@ def read_config_file(path: Path) -> dict:
     return data
 
 
-def _validate_schedulers(config: SimulationConfig, raw: dict[str, Any], source: str) -> None:
-    """Validate each role's `scheduler` mapping against the schema of engine.backend."""
+def _validate_schedulers(config: SimulationConfig, raw: dict[str, Any],
+                         source_of: Callable[[str], str]) -> None:
+    """Validate each role's `scheduler` mapping against the schema of engine.backend.
+
+    `source_of(dotted key)` names what set that key: the file, or a --set.
+    """
     backend = config.engine.backend
     schema = SCHEDULER_SCHEMAS[backend]
     for role, role_cfg in config.engine.roles().items():
@@ -622,34 +682,36 @@ def _validate_schedulers(config: SimulationConfig, raw: dict[str, Any], source: 
         if data is None:
             data = {}
         if not isinstance(data, dict):
-            raise ServesimError(f"{source}: {where} must be a mapping, got {_describe(data)}")
+            raise ServesimError(f"{source_of(where)}: {where} must be a mapping, got {_describe(data)}")
         for key in data:
             owners = [b for b, s in SCHEDULER_SCHEMAS.items() if key in s.model_fields]
             if key not in schema.model_fields and owners:
                 twin = _counterpart(key, backend)
                 hint = f"; {_BACKEND_LABEL[backend]}'s counterpart is {twin}" if twin else ""
                 raise ServesimError(
-                    f"{source}: {where}.{key} is a {_BACKEND_LABEL[owners[0]]} setting, not valid with "
-                    f"engine.backend {backend}{hint}"
+                    f"{source_of(f'{where}.{key}')}: {where}.{key} is a {_BACKEND_LABEL[owners[0]]} setting, "
+                    f"not valid with engine.backend {backend}{hint}"
                 )
         try:
             role_cfg.scheduler = schema.model_validate(data)
         except ValidationError as err:
-            raise ServesimError(_error_sentence(err, data, source, prefix=where)) from None
+            raise ServesimError(_error_sentence(err, data, source_of(where), prefix=where,
+                                                blame=source_of)) from None
         spec = role_cfg.speculative
         if backend == "vllm" and role_cfg.scheduler.async_scheduling is True and spec and spec.method == "ngram":
             raise ServesimError(
-                f"{source}: {where}.async_scheduling: true cannot be combined with ngram speculative "
-                "decoding (vLLM runs ngram drafts synchronously); leave it unset or set it to false"
+                f"{source_of(f'{where}.async_scheduling')}: {where}.async_scheduling: true cannot be combined "
+                "with ngram speculative decoding (vLLM runs ngram drafts synchronously); leave it unset or "
+                "set it to false"
             )
         where_role = where.rsplit(".", 1)[0]
         if role_cfg.kv_offload is not None:
             if backend == "trtllm":
-                raise ServesimError(f"{source}: {where_role}.kv_offload is modelled for vllm and sglang, "
-                                    "not trtllm")
+                raise ServesimError(f"{source_of(where_role + '.kv_offload')}: {where_role}.kv_offload is "
+                                    "modelled for vllm and sglang, not trtllm")
             if not role_cfg.scheduler.prefix_caching:
-                raise ServesimError(f"{source}: {where_role}.kv_offload needs the prefix cache, which "
-                                    f"{where} turns off")
+                raise ServesimError(f"{source_of(where_role + '.kv_offload')}: {where_role}.kv_offload needs "
+                                    f"the prefix cache, which {where} turns off")
 
 
 def load_config(
@@ -663,16 +725,24 @@ def load_config(
         data, base_dir, source = copy.deepcopy(config), Path.cwd(), "config"
     else:
         path = default_config_path() if config is None else Path(config)
-        data, base_dir, source = read_config_file(path), path.resolve().parent, str(path)
-    for key, value in overrides or []:
-        set_dotted(data, key, value)
+        data, base_dir = read_config_file(path), path.resolve().parent
+        source = EMBEDDED_DEFAULT if config is None else str(path)
+    # Overrides as the user means them (servesim/overrides.py): a new tag or backend drops or
+    # carries over the old variant's keys, a new trace has its format inferred.
+    from servesim.overrides import apply_overrides
+
+    log = apply_overrides(data, overrides or [], source)
     schedulers = _pop_schedulers(data)
     try:
         model = SimulationConfig.model_validate(data)
     except ValidationError as err:
-        raise ServesimError(_error_sentence(err, data, source)) from None
-    _validate_schedulers(model, schedulers, source)
-    return LoadedConfig(model, base_dir, source)
+        raise ServesimError(_error_sentence(err, data, source, blame=log.blame)) from None
+    _validate_schedulers(model, schedulers, lambda where: log.blame(where) or source)
+    return LoadedConfig(model, base_dir, source, log)
+
+
+# How errors in the packaged default.yaml (reached only through overrides) name their source.
+EMBEDDED_DEFAULT = "the embedded default config"
 
 
 def _pop_schedulers(data: dict) -> dict[str, Any]:

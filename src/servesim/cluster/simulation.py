@@ -54,6 +54,7 @@ class Simulation:
         # Arrivals come only from the client's schedule (not released by completions): a
         # worker's future then depends on other workers only through new arrivals.
         self.scheduled_arrivals = isinstance(client, ScheduledClient)
+        self._admit = getattr(client, "admit", None)   # a semaphore in front of the frontend, if any
         self._feed_time: int | None = None   # the pending feed arrival, if any
 
     # ------------------------------------------------------------------ scheduling events
@@ -106,7 +107,8 @@ class Simulation:
 
     def _on_feed_arrival(self, now: int, trace_request: TraceRequest) -> None:
         self._push_next_feed()
-        self._on_frontend_arrival(now, trace_request)
+        if self._admit is None or self._admit(now, trace_request):
+            self._on_frontend_arrival(now, trace_request)
 
     def _push_next_feed(self) -> None:
         nxt = next(self._feed, None)

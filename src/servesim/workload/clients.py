@@ -5,7 +5,9 @@
 - poisson: the requests in order, re-timed as a seeded Poisson process, the
   first at time 0;
 - closed loop: `concurrency` users each send a request at time 0, and each sends
-  its next one the moment its previous one finishes (or is rejected).
+  its next one the moment its previous one finishes (or is rejected);
+- bench: `vllm bench serve`'s traffic (workload/bench_client.py): gamma-distributed
+  gaps, optionally ramped up, behind a semaphore of `max_concurrency` requests.
 
 Clients pull requests from an iterator as they need them, so a synthetic
 workload of any length is never held in memory.
@@ -13,9 +15,10 @@ workload of any length is never held in memory.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable, Iterator
 
-from servesim.config import ClientConfig, ClosedLoopClient, OpenLoopClient, PoissonClient
+from servesim.config import BenchClient, ClientConfig, ClosedLoopClient, OpenLoopClient, PoissonClient
 from servesim.errors import ServesimError
 from servesim.seeds import rng_for
 from servesim.workload.trace import NS_PER_S, TraceRequest
@@ -32,6 +35,9 @@ class Client:
     def on_complete(self, time_ns: int) -> TraceRequest | None:
         """The request this completion releases, sent at `time_ns` (closed loop only)."""
         return None
+
+    # A client may also define `admit(time_ns, request) -> bool`: whether a scheduled arrival
+    # is sent now (True) or held until a completion releases it (cluster/simulation.py).
 
 
 class ScheduledClient(Client):
@@ -57,6 +63,36 @@ class ClosedLoop(Client):
 
     def on_complete(self, time_ns: int) -> TraceRequest | None:
         return next(self._pending, None)
+
+
+class GatedSchedule(Client):
+    """Scheduled arrivals behind a semaphore of `limit` requests in flight.
+
+    vllm bench serve (vLLM 0.32 benchmarks/serve.py, `benchmark`) starts every request at its
+    scheduled time, but each waits for the semaphore before it is sent; asyncio wakes waiters
+    first come, first served, so a finishing request hands its slot to the longest waiter.
+    """
+
+    def __init__(self, arrivals: Iterator[tuple[int, TraceRequest]], limit: int):
+        self._arrivals = arrivals
+        self._free = limit
+        self._waiting: deque[TraceRequest] = deque()
+
+    def initial(self) -> Iterator[tuple[int, TraceRequest]]:
+        return self._arrivals
+
+    def admit(self, time_ns: int, request: TraceRequest) -> bool:
+        if self._free:
+            self._free -= 1
+            return True
+        self._waiting.append(request)
+        return False
+
+    def on_complete(self, time_ns: int) -> TraceRequest | None:
+        if self._waiting:
+            return self._waiting.popleft()   # the slot passes straight on
+        self._free += 1
+        return None
 
 
 def _open_loop(requests: list[TraceRequest], scale: float) -> Iterator[tuple[int, TraceRequest]]:
@@ -90,7 +126,9 @@ def _poisson(requests: Iterable[TraceRequest], rate: float, root_seed: int) -> I
         yield round(clock * NS_PER_S), request
 
 
-def make_client(cfg: ClientConfig, requests: Iterable[TraceRequest], root_seed: int) -> Client:
+def make_client(cfg: ClientConfig, requests: Iterable[TraceRequest], root_seed: int,
+                total: int | None = None) -> Client:
+    """The client for `requests`; `total` is how many there are when they come lazily."""
     if isinstance(cfg, OpenLoopClient):
         if not isinstance(requests, list):
             return ScheduledClient((0, r) for r in requests)  # synthetic: no arrival times
@@ -99,4 +137,22 @@ def make_client(cfg: ClientConfig, requests: Iterable[TraceRequest], root_seed: 
         return ScheduledClient(_poisson(requests, cfg.rate, root_seed))
     if isinstance(cfg, ClosedLoopClient):
         return ClosedLoop(requests, cfg.concurrency)
+    if isinstance(cfg, BenchClient):
+        return _bench(cfg, requests, root_seed, total)
     raise AssertionError(cfg)
+
+
+def _bench(cfg: BenchClient, requests: Iterable[TraceRequest], root_seed: int, total: int | None) -> Client:
+    from servesim.workload.bench_client import bench_arrivals, is_closed_loop
+
+    if is_closed_loop(cfg):
+        # request_rate inf: every request is due at 0 and waits for a slot, which is a closed
+        # loop of max_concurrency users; run it as one, so both spellings give the same run.
+        return ClosedLoop(requests, cfg.max_concurrency)
+    if total is None:
+        requests = list(requests)
+        total = len(requests)
+    arrivals = bench_arrivals(cfg, requests, total, root_seed)
+    if cfg.max_concurrency is None:
+        return ScheduledClient(arrivals)
+    return GatedSchedule(arrivals, cfg.max_concurrency)

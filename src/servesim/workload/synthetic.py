@@ -4,6 +4,12 @@ Requests are drawn in blocks of `BLOCK` so a million-request workload never
 sits in memory: for each block, input lengths are drawn before output lengths
 (or, with `lengths_from`, one index per request into the source trace), all
 from one stream seeded by the workload seed.
+
+A `prefix_length` P puts the same P tokens before every prompt's own `input_length`
+tokens (vLLM's RandomDataset with --random-prefix-len). The prefix is one prompt-content
+block of P tokens (workload/prompt.py) held by every request: `content_block_size` makes
+the run's content block P tokens long, so engine block j is shared exactly when it ends
+within the prefix, (j + 1)·block_size ≤ P, as vLLM's chained block hashes are.
 """
 
 from __future__ import annotations
@@ -13,11 +19,27 @@ from pathlib import Path
 
 import numpy as np
 
-from servesim.config import LengthRange, SyntheticConfig
+from servesim.config import LengthRange, SyntheticConfig, WorkloadConfig
 from servesim.seeds import rng_for
 from servesim.workload.trace import TraceRequest, load_trace
 
 BLOCK = 65536
+PREFIX_HASH_IDS = (0,)
+
+
+def content_block_size(workload: WorkloadConfig) -> int:
+    """Tokens one hash_id stands for: the trace's `trace_block_size`, or a synthetic prefix's length."""
+    synthetic = workload.synthetic
+    if synthetic is not None and synthetic.prefix_length:
+        return synthetic.prefix_length
+    return workload.trace_block_size
+
+
+def synthetic_count(workload: WorkloadConfig) -> int | None:
+    """How many requests a synthetic workload sends (None for a trace, whose list says)."""
+    if workload.synthetic is None:
+        return None
+    return min(workload.synthetic.num_requests, workload.max_requests or workload.synthetic.num_requests)
 
 
 def _draw(length: int | LengthRange, count: int, rng: np.random.Generator | None) -> np.ndarray:
@@ -44,6 +66,9 @@ def generate(cfg: SyntheticConfig, root_seed: int, lengths_path: Path | None = N
         else:
             inputs = _draw(cfg.input_length, count, rng)
             outputs = _draw(cfg.output_length, count, rng)
+        prefix = cfg.prefix_length
+        hash_ids = PREFIX_HASH_IDS if prefix else None
         for i, (inp, out) in enumerate(zip(inputs.tolist(), outputs.tolist())):
-            yield TraceRequest(request_id=done + i, arrival_ns=None, input_length=inp, output_length=out)
+            yield TraceRequest(request_id=done + i, arrival_ns=None, input_length=prefix + inp,
+                               output_length=out, hash_ids=hash_ids)
         done += count
