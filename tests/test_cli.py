@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import subprocess
 import sys
 import pytest
@@ -48,9 +49,13 @@ def test_out_files(tmp_path, small):
     passes = tmp_path / "passes.jsonl"
     proc = servesim("run", small, "--out", out, "--passes", passes, "--seed", 3)
     assert proc.returncode == 0, proc.stderr
-    assert sorted(p.name for p in out.iterdir()) == ["config.resolved.yaml", "requests.csv", "summary.json",
-                                                     "workers.csv"]
+    assert sorted(p.name for p in out.iterdir()) == [".servesim-output", "config.resolved.yaml", "requests.csv",
+                                                     "summary.json", "workers.csv"]
     assert (out / "workers.csv").read_text().splitlines()[1].startswith("aggregated-0,aggregated,")
+    # The folder is staged and swapped in, but gets the mode mkdir gives under the umask, not mkdtemp's 0700.
+    umask = os.umask(0o022)
+    os.umask(umask)
+    assert out.stat().st_mode & 0o777 == 0o777 & ~umask
     with open(out / "requests.csv") as fh:
         rows = list(csv.reader(fh))
     assert rows[0][:11] == ["request_id", "arrival_ms", "first_token_ms", "finish_ms", "input_length",
@@ -106,7 +111,9 @@ def test_trace_option_replaces_the_workload(tmp_path, small):
     (["--set", "engine.nope=3"], "unknown key engine.nope"),
     (["--set", "novalue"], "expected dotted.key=VALUE"),
     (["--set", "engine.workers.aggregated.scheduler.max_model_len=100000"], "tokens short"),
-    (["--set", "engine.backend=sglang"], "num_gpu_blocks is a vLLM setting, not valid with engine.backend sglang"),
+    # The file's vLLM keys are carried over to SGLang (tests/test_overrides.py); one the --set gives is not.
+    (["--set", "engine.backend=sglang", "--set", "engine.workers.aggregated.scheduler.num_gpu_blocks=100"],
+     "num_gpu_blocks is a vLLM setting, not valid with engine.backend sglang"),
 ])
 def test_bad_input_exits_2_with_one_sentence(tmp_path, small, args, fragment):
     out = tmp_path / "never"
@@ -150,8 +157,8 @@ def test_failed_run_keeps_existing_outputs(tmp_path, small):
     proc = servesim("run", small, "--out", out, "--set", "engine.timing.pass_ms=-1")
     assert proc.returncode == 2
     assert (out / "summary.json").read_bytes() == before
-    assert sorted(p.name for p in out.iterdir()) == ["config.resolved.yaml", "requests.csv", "summary.json",
-                                                     "workers.csv"]
+    assert sorted(p.name for p in out.iterdir()) == [".servesim-output", "config.resolved.yaml", "requests.csv",
+                                                     "summary.json", "workers.csv"]
 
 
 def test_python_api_matches_cli(tmp_path, small):

@@ -111,3 +111,64 @@ def test_cli_run_plots(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert {"ttft_cdf.png", "tpot_cdf.png", "timeline_aggregated-0.png"} <= {p.name for p in out.iterdir()}
     assert not list(out.glob(".*.tmp"))
+
+
+# --------------------------------------------------------------------------- axes from the data, labels clear of points
+
+
+@pytest.mark.parametrize("values, expected", [
+    # 1..100: from 0 (the data reach below half their top) to 100 + 5% of the 99-wide span.
+    (np.arange(1, 101), (0.0, 104.95, False)),
+    # 1..200 and one outlier at 5000: p99.5 is sorted[0.995 * 200] = 200 and 5000 > 2 * 200, so the
+    # axis stops at 200 + 5% of 199; 200 / 1 is not over 200x, so linear.
+    (np.concatenate([np.arange(1, 201), [5000]]), (0.0, 209.95, False)),
+    # 1, 10, 1000: p99.5 = 10 + 0.99 * 990 = 990.1, 1000 stays; 1000x: log, 1 / 1.25 to 1000 * 1.25.
+    (np.array([1.0, 10.0, 1000.0]), (0.8, 1250.0, True)),
+    # A narrow band far from 0: a 5% margin around it.
+    (np.array([100.0, 101.0, 102.0]), (99.9, 102.1, False)),
+])
+def test_cdf_x_axis_comes_from_the_data(values, expected):
+    low, high, log = plots.cdf_x_axis(np.sort(values.astype(float)))
+    assert (low, high, log) == (pytest.approx(expected[0]), pytest.approx(expected[1]), expected[2])
+
+
+def test_an_slo_beyond_the_data_does_not_stretch_the_axis(tmp_path):
+    values = np.arange(1, 101, dtype=float)
+    far = plots.plot_cdf(values, tmp_path / "far.png", "TTFT", slo_ms=2000.0)
+    assert far["xlim"] == (0.0, pytest.approx(104.95)) and far["slo_on_axis"] is False
+    near = plots.plot_cdf(values, tmp_path / "near.png", "TTFT", slo_ms=50.0)
+    assert near["xlim"] == far["xlim"] and near["slo_on_axis"] is True
+    for name in ("far.png", "near.png"):
+        assert (tmp_path / name).read_bytes()[:8] == PNG_MAGIC
+
+
+def _pareto_points(spread: float):
+    """Eight trials meeting the SLOs within `spread` tok/s/user of each other, and rivals."""
+    ok = [{"trial_id": 310 + i, "x": 27.8 + spread * (i % 4) / 3, "y": 298.7, "ok": True,
+           "label": "2× agg TP4, 8 GPUs"} for i in range(8)]
+    rivals = [(330, 29.4, 303.4, "1× agg TP8, 8 GPUs"), (332, 30.3, 303.4, "1× agg TP8, 8 GPUs"),
+              (328, 38.2, 273.3, "1× agg TP8, 8 GPUs"), (321, 47.8, 299.4, "1× P TP4 + 1× D TP4, 8 GPUs"),
+              (326, 52.1, 199.3, "1× P TP4 + 2× D TP4, 12 GPUs")]
+    return ok + [{"trial_id": t, "x": x, "y": y, "ok": False, "label": label} for t, x, y, label in rivals]
+
+
+@pytest.mark.parametrize("spread, zoomed", [(0.45, True), (12.0, False)])
+def test_pareto_labels_cover_no_point_and_huddled_winners_are_magnified(tmp_path, spread, zoomed):
+    points = _pareto_points(spread)
+    data = plots.plot_pareto(points, [330, 332, 321, 326], tmp_path / "p.png", "t", min_interactivity=20.0,
+                             best=310)
+    assert (tmp_path / "p.png").read_bytes()[:8] == PNG_MAGIC
+    assert data["zoomed"] is zoomed
+    texts = [text for text, _ in data["labels"]]
+    assert texts == ["recommended: 2× agg TP4, 8 GPUs", "1× agg TP8, 8 GPUs", "1× P TP4 + 1× D TP4, 8 GPUs",
+                     "1× P TP4 + 2× D TP4, 12 GPUs"]
+    boxes = [box for _, box in data["labels"]]
+    for i, box in enumerate(boxes):
+        assert all(box.overlap(o) == 0 for o in data["obstacles"]), texts[i]
+        assert all(box.overlap(other) == 0 for other in boxes[i + 1:]), texts[i]
+
+
+def test_axis_range_starts_at_zero_only_when_the_data_come_near_it():
+    assert plots._axis_range([10.0, 100.0]) == (0.0, pytest.approx(112.0))
+    # 199..304: a 12% margin of the 105 span on each side.
+    assert plots._axis_range([199.0, 304.0]) == (pytest.approx(186.4), pytest.approx(316.6))

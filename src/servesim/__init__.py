@@ -21,3 +21,9 @@ def __getattr__(name: str):
 
         return ServesimError
     raise AttributeError(f"module 'servesim' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    # The lazy names above are not in the module's namespace until first used; list them
+    # (and nothing imported on the way) so `dir(servesim)` and tab completion show the API.
+    return sorted(__all__)

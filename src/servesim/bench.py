@@ -1,12 +1,15 @@
 """The speed benchmark suite (`servesim bench`, `python benchmarks/speed.py`).
 
 Every row runs the whole `servesim run` process (start-up included) on one
-deployment: Llama-3.1-8B on H100-SXM workers, vLLM, max_num_seqs 1024,
-num_gpu_blocks 60000, with fixed 10 ms passes (or the roofline model): one worker,
+deployment: Llama-3.1-8B on B200 workers, vLLM, max_num_seqs 1024, num_gpu_blocks
+60000, max_num_batched_tokens 8192, with fixed 10 ms passes (or the roofline model): one worker,
 except rows 5r (16 replicas, kv_aware router) and 5d (4 prefill + 4 decode workers). Rows 2s
-and 2t run a shorter row 2a on SGLang and TensorRT-LLM (same batch limit, their default KV
-pools), whose per-request schedulers fast-forward only their steady runs of decode passes.
+and 2t run a shorter row 2a on SGLang and TensorRT-LLM on H100-SXM workers (same batch limit,
+their default KV pools), whose per-request schedulers fast-forward only their steady runs of decode passes.
 Wall time is the median of `repeat` runs; peak RSS is the largest of them.
+
+Rows 5, 5r, 5d and 6 read the shared traces (`--traces DIR`, the folder holding mooncake/
+and azure_llm_2023/; by default shared/traces beside a source checkout, when there is one).
 """
 
 from __future__ import annotations
@@ -21,9 +24,29 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from servesim.errors import ServesimError
 from servesim.yaml_io import dump_yaml
 
-SHARED_TRACES = Path(__file__).resolve().parents[3] / "shared" / "traces"
+TIMINGS = ("fixed", "roofline", "aic")   # the timing kinds a row runs without further settings
+TRACE_FILES = {"mooncake": Path("mooncake") / "conversation_trace.jsonl",
+               "azure": Path("azure_llm_2023") / "AzureLLMInferenceTrace_conv.csv"}
+
+
+def default_traces() -> Path | None:
+    """shared/traces beside the source checkout this module runs from, or None when installed.
+
+    In a checkout this file is <checkout>/src/servesim/bench.py and the traces sit in
+    <checkout>/../shared/traces; an installed package (site-packages/servesim/) has neither.
+    """
+    here = Path(__file__).resolve()
+    checkout = here.parents[2]
+    if here.parents[1].name != "src" or not (checkout / "pyproject.toml").is_file():
+        return None
+    traces = checkout.parent / "shared" / "traces"
+    return traces if traces.is_dir() else None
+
+
+SHARED_TRACES = default_traces()
 
 
 @dataclass
@@ -37,7 +60,12 @@ class Workload:
     backend: str = "vllm"
 
 
-_SCHEDULER = {"max_num_seqs": 1024, "num_gpu_blocks": 60000}
+# 60,000 blocks of 16 tokens of Llama-3.1-8B KV cache take 117 GiB: more than an H100 leaves after the
+# weights (servesim checks it), so the vLLM rows run on B200s, whose 180 GB hold them. Under fixed
+# timing the GPU matters only through vLLM's default token budget (16,384 on a B200), pinned here to
+# the 8,192 it is on an H100: the rows simulate exactly what they did on H100s before the check.
+_SCHEDULER = {"max_num_seqs": 1024, "num_gpu_blocks": 60000, "max_num_batched_tokens": 8192}
+_VLLM_GPU = "b200"
 
 
 def _closed(n: int, concurrency: int, isl: int, osl: int) -> dict:
@@ -45,9 +73,10 @@ def _closed(n: int, concurrency: int, isl: int, osl: int) -> dict:
             "client": {"mode": "closed_loop", "concurrency": concurrency}}
 
 
-def workloads(traces: Path = SHARED_TRACES) -> list[Workload]:
-    mooncake = traces / "mooncake" / "conversation_trace.jsonl"
-    azure = traces / "azure_llm_2023" / "AzureLLMInferenceTrace_conv.csv"
+def workloads(traces: Path | None = None) -> list[Workload]:
+    """Every row; rows that read a trace look for it under `traces` (default: `default_traces()`)."""
+    root = traces if traces is not None else (SHARED_TRACES or Path("shared") / "traces")
+    mooncake, azure = root / TRACE_FILES["mooncake"], root / TRACE_FILES["azure"]
     return [
         Workload("1a", "closed loop c64, 1024/1024, 2,000 requests", _closed(2000, 64, 1024, 1024)),
         Workload("1b", "closed loop c64, 1024/1024, 8,000 requests", _closed(8000, 64, 1024, 1024)),
@@ -81,7 +110,7 @@ def config_for(workload: Workload, timing: str) -> dict:
     timing_cfg = {"kind": "fixed", "pass_ms": 10.0} if timing == "fixed" else {"kind": timing}
     return {
         "model": "llama-3.1-8b",
-        "gpu": "h100-sxm",
+        "gpu": _VLLM_GPU if workload.backend == "vllm" else "h100-sxm",   # 2s, 2t: their default KV pools
         "engine": {
             "backend": workload.backend,
             "timing": timing_cfg,
@@ -172,34 +201,37 @@ class Measurement:
 
 def run_once(config_path: Path, out_dir: Path) -> Measurement:
     cmd = [sys.executable, "-m", "servesim", "run", str(config_path), "-q", "--out", str(out_dir)]
-    start = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - start
-    stderr = proc.stderr.read().decode() if proc.stderr else ""
+    with tempfile.TemporaryFile() as err_fh:   # a file, not a pipe: a chatty run cannot block on it
+        start = time.perf_counter()
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err_fh)
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - start
+        err_fh.seek(0)
+        stderr = err_fh.read().decode(errors="replace")
     proc.returncode = os.waitstatus_to_exitcode(status)
     if proc.returncode != 0:
-        raise RuntimeError(f"servesim failed ({proc.returncode}): {stderr.strip()}")
+        last = stderr.strip().splitlines()[-1] if stderr.strip() else "no message"
+        raise ServesimError(f"servesim run exited {proc.returncode}: {last}")
     summary = json.loads((out_dir / "summary.json").read_text())
     return Measurement(wall, summary["wall_time_ms"] / 1e3, usage.ru_maxrss / 1024,
                        summary["completed"] + summary["failed_requests"], summary["total_output_tokens"])
 
 
-def measure(workload: Workload, timing: str, repeat: int) -> Measurement | None:
-    if workload.needs is not None and not workload.needs.exists():
-        return None
+def measure(workload: Workload, timing: str, repeat: int) -> Measurement:
+    """The row's median wall time over `repeat` runs (its trace must be there: `select_rows`)."""
     with tempfile.TemporaryDirectory(prefix="servesim-bench-") as tmp:
         config_path = Path(tmp) / "config.yaml"
         config_path.write_text(dump_yaml(config_for(workload, timing)))
-        runs = [run_once(config_path, Path(tmp) / f"out{i}") for i in range(repeat)]
+        try:
+            runs = [run_once(config_path, Path(tmp) / f"out{i}") for i in range(repeat)]
+        except ServesimError as err:
+            raise ServesimError(f"bench row {workload.key} ({timing} timing) failed: {err}") from None
     walls = [r.wall_s for r in runs]
     return Measurement(statistics.median(walls), statistics.median(r.loop_s for r in runs),
                        max(r.peak_rss_mb for r in runs), runs[0].requests, runs[0].output_tokens)
 
 
-def format_row(workload: Workload, timing: str, m: Measurement | None) -> str:
-    if m is None:
-        return f"| {workload.key} | {workload.title} | {timing} | (trace not found) | | | | | |"
+def format_row(workload: Workload, timing: str, m: Measurement) -> str:
     per_token = m.wall_s / m.output_tokens * 1e6
     loop_per_token = m.loop_s / m.output_tokens * 1e6
     return (f"| {workload.key} | {workload.title} | {timing} | {m.requests:,} | {m.output_tokens:,} | "
@@ -215,44 +247,94 @@ def _byte_compile() -> None:
 
     An editable install leaves it to the interpreter, which skips writing it where
     PYTHONDONTWRITEBYTECODE is set (as on our CI machines): every timed run would then
-    compile servesim's sources again (~70 ms of start-up, not simulator speed).
+    compile servesim's sources again (~70 ms of start-up, not simulator speed). quiet=2:
+    an installed package's folder may be read-only, and the table owns stdout.
     """
     import compileall
 
-    compileall.compile_dir(str(Path(__file__).resolve().parent), quiet=1)
+    compileall.compile_dir(str(Path(__file__).resolve().parent), quiet=2)
 
 
-def main(argv: list[str] | None = None) -> int:
-    import argparse
+def _split(text: str) -> list[str]:
+    return [item.strip() for item in text.split(",") if item.strip()]
 
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--only", default="", help="comma-separated row keys (1a,2a,...); default all")
-    parser.add_argument("--timing", default="fixed", help="comma-separated timing kinds (fixed, roofline)")
-    parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--traces", type=Path, default=SHARED_TRACES, help="folder of shared/traces")
-    parser.add_argument("--vs", nargs=2, metavar=("aisimulate", "PYTHON"),
-                        help="also run AISimulate (the interpreter of its virtualenv) and print the ratio")
-    args = parser.parse_args(argv)
-    if args.vs and args.vs[0] != "aisimulate":
-        parser.error("--vs supports: aisimulate PATH_TO_ITS_PYTHON")
-    wanted = {k for k in args.only.split(",") if k}
+
+def _missing_trace(workload: Workload) -> bool:
+    return workload.needs is not None and not workload.needs.is_file()
+
+
+def select_rows(only: str, traces: Path | None) -> tuple[list[Workload], list[Workload]]:
+    """(rows to run, rows skipped for want of their trace) for `--only` and `--traces`.
+
+    Rows named in `only` must all be runnable (an unknown key or a missing trace is an
+    error); with no `only`, every row runs that can and the others are skipped.
+    """
+    if traces is not None and not traces.is_dir():
+        raise ServesimError(f"--traces {traces} is not a folder; give the folder holding "
+                            f"{TRACE_FILES['mooncake'].parent}/ and {TRACE_FILES['azure'].parent}/")
+    rows = workloads(traces)
+    keys = [w.key for w in rows]
+    wanted = _split(only)
+    unknown = [k for k in wanted if k not in keys]
+    if unknown:
+        raise ServesimError(f"--only: unknown row {', '.join(unknown)}; the rows are {', '.join(keys)}")
+    if not wanted:
+        return [w for w in rows if not _missing_trace(w)], [w for w in rows if _missing_trace(w)]
+    chosen = [w for w in rows if w.key in wanted]
+    missing = [w for w in chosen if _missing_trace(w)]
+    if missing:
+        w = missing[0]
+        raise ServesimError(f"bench row {w.key} needs the trace {w.needs}, which is not there; "
+                            f"give --traces DIR, the folder holding {TRACE_FILES['mooncake'].parent}/ "
+                            f"and {TRACE_FILES['azure'].parent}/")
+    return chosen, []
+
+
+def _skipped_note(skipped: list[Workload], traces: Path | None) -> str:
+    where = traces or SHARED_TRACES
+    found = f"not in {where}" if where is not None else "not found (no shared/traces beside a checkout)"
+    return (f"note: skipped rows {', '.join(w.key for w in skipped)}: their traces are {found}; "
+            "give --traces DIR to run them")
+
+
+def run_suite(only: str = "", timing: str = "fixed", repeat: int = 3, traces: Path | None = None,
+              vs: tuple[str, str] | None = None) -> int:
+    """Print the suite's Markdown table on stdout (`servesim bench`); notes go to stderr."""
+    timings = _split(timing)
+    bad = [t for t in timings if t not in TIMINGS]
+    if bad or not timings:
+        raise ServesimError(f"--timing: unknown timing kind {', '.join(bad) or repr(timing)}; "
+                            f"choose from {', '.join(TIMINGS)}")
+    if repeat < 1:
+        raise ServesimError(f"--repeat must be at least 1, got {repeat}")
+    if vs is not None and vs[0] != "aisimulate":
+        raise ServesimError(f"--vs {vs[0]}: only aisimulate is supported (--vs aisimulate PATH_TO_ITS_PYTHON)")
+    chosen, skipped = select_rows(only, traces)
+    if skipped:
+        sys.stderr.write(_skipped_note(skipped, traces) + "\n")
     _byte_compile()
     title, rule = HEADER.split("\n")
-    if args.vs:
+    if vs:
         title, rule = title + " AISimulate wall s | speed-up |", rule + "---|---|"
     print(title + "\n" + rule, flush=True)
-    for workload in workloads(args.traces):
-        if wanted and workload.key not in wanted:
-            continue
-        for timing in [t for t in args.timing.split(",") if t]:
-            mine = measure(workload, timing, args.repeat)
-            row = format_row(workload, timing, mine)
-            if args.vs:
-                theirs = measure_aisimulate(workload, Path(args.vs[1]), args.repeat) if timing == "fixed" else None
+    for workload in chosen:
+        for kind in timings:
+            mine = measure(workload, kind, repeat)
+            row = format_row(workload, kind, mine)
+            if vs:
+                theirs = measure_aisimulate(workload, Path(vs[1]), repeat) if kind == "fixed" else None
                 ratio = f"{theirs / mine.wall_s:.1f}x" if theirs and mine else ""
                 row += f" {theirs:.2f} | {ratio} |" if theirs else " | |"
             print(row, flush=True)
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python benchmarks/speed.py [options]`: the same as `servesim bench [options]`."""
+    from servesim.cli import app
+    from servesim.cli_usage import run_app
+
+    return run_app(app, ["bench", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":

@@ -10,6 +10,8 @@ from typing import Annotated, Optional
 
 import typer
 
+from servesim import cli_shorthands as vb
+from servesim.cli_usage import run_app, show_flags_plainly
 from servesim.errors import ServesimError
 
 app = typer.Typer(
@@ -19,6 +21,7 @@ app = typer.Typer(
     help="servesim: simulate LLM serving (vLLM's scheduler, KV cache and step time) without a GPU.",
     pretty_exceptions_enable=False,
 )
+show_flags_plainly()  # `--quiet` in --help, not `--quiet <bool>` (typer 0.2x)
 
 
 def _print_version(value: bool) -> None:
@@ -77,6 +80,7 @@ class _ProgressBar:
 
 @app.command()
 def run(
+    ctx: typer.Context,
     config: Annotated[Optional[Path], typer.Argument(help="YAML config; omit for the embedded default.")] = None,
     trace: Annotated[Optional[Path], typer.Option("--trace", help="Replace the workload's trace file.")] = None,
     out: Annotated[Optional[Path], typer.Option("--out", help="Write summary.json, requests.csv, workers.csv "
@@ -89,25 +93,49 @@ def run(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing but errors.")] = False,
     plots: Annotated[bool, typer.Option("--plots", help="Also write ttft_cdf.png, tpot_cdf.png and "
                                         "timeline_<worker>.png into the --out folder.")] = False,
+    format_: Annotated[str, typer.Option("--format", metavar="servesim|vllm", help="vllm: also write result.json "
+                                         "in --out, as `vllm bench serve --save-result` does.")] = "servesim",
+    save_detailed: Annotated[bool, typer.Option("--save-detailed", help="With --format vllm: per-request "
+                                                "arrays in result.json (runs the reference engine).")] = False,
+    json_: Annotated[bool, typer.Option("--json", help="Print the summary JSON on stdout (the table goes "
+                                        "to stderr).")] = False,
+    metric_percentiles: Annotated[str, typer.Option("--metric-percentiles", metavar="LIST", help="Percentiles "
+                                                    "of TTFT, TPOT, ITL and E2E to report, as vllm bench "
+                                                    "spells them.")] = "50,90,95,99",
+    # `vllm bench serve`'s flags, each an override of config fields (servesim/cli_shorthands.py).
+    request_rate: vb.RequestRate = None, burstiness: vb.Burstiness = None,
+    max_concurrency: vb.MaxConcurrency = None, ramp_up_strategy: vb.RampUpStrategy = None,
+    ramp_up_start_rps: vb.RampUpStart = None, ramp_up_end_rps: vb.RampUpEnd = None,
+    num_prompts: vb.NumPrompts = None, random_input_len: vb.RandomInputLen = None,
+    random_output_len: vb.RandomOutputLen = None, random_range_ratio: vb.RandomRangeRatio = None,
+    random_prefix_len: vb.RandomPrefixLen = None, goodput: vb.Goodput = None,
 ) -> None:
     """Replay a workload through a simulated deployment and print a vllm-bench-style summary."""
     from servesim.config import config_to_yaml, parse_override
-    from servesim.metrics.output import AtomicFiles, write_json, write_workers_csv
+    from servesim.metrics.output import AtomicFiles, check_passes_target, write_json, write_workers_csv
 
     files = AtomicFiles()
     progress = _ProgressBar(enabled=not quiet and sys.stderr.isatty())
     pass_fh = None
     try:
-        overrides = [parse_override(item) for item in set_ or []]
+        # Labelled, so an error names the --set (the Python API labels its own overrides otherwise).
+        overrides = [(*parse_override(item)[:2], "--set " + item.split("=", 1)[0].strip()) for item in set_ or []]
+        overrides = vb.shorthand_overrides(ctx.params) + overrides   # before --set, which wins
         if seed is not None and seed < 0:
             raise ServesimError(f"--seed must be a non-negative integer, got {seed}")
         if plots and out is None:
             raise ServesimError("--plots writes its figures into the --out folder; give --out DIR too")
+        from servesim.metrics.vllm_result import check_report_options
+
+        percentiles = check_report_options(format_, save_detailed, out, metric_percentiles)
         targets = {}
         if out is not None:
-            for name in ("summary.json", "requests.csv", "workers.csv", "config.resolved.yaml"):
+            files.stage_folder(out)   # a fresh folder swapped in whole: no stale files beside new results
+            for name in ("summary.json", "requests.csv", "workers.csv", "config.resolved.yaml") + (
+                    ("result.json",) if format_ == "vllm" else ()):
                 targets[name] = files.path_for(out / name)
         if passes is not None:
+            check_passes_target(passes, [config, trace], files)
             pass_fh = open(files.path_for(passes), "w", encoding="utf-8")
         import warnings
 
@@ -116,7 +144,10 @@ def run(
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # reported below, once, in our own words
             result = simulate(config, trace=trace, seed=seed, overrides=overrides, pass_log=pass_fh,
-                              progress=progress)
+                              progress=progress, percentiles=percentiles, detailed=save_detailed)
+        files.protect([config, trace, result.summary.get("trace")])   # --out must not hold them
+        if passes is not None:   # the trace a config names is known only now
+            check_passes_target(passes, [result.summary.get("trace")])
         for note in result.warnings:
             sys.stderr.write(f"warning: {note}\n")
         progress.close()
@@ -128,6 +159,10 @@ def run(
                 result.requests.write_csv(fh)
             write_workers_csv(targets["workers.csv"], result.summary["workers"])
             targets["config.resolved.yaml"].write_text(config_to_yaml(result.config))
+            if "result.json" in targets:
+                from servesim.metrics.vllm_result import write_result
+
+                write_result(targets["result.json"], result, percentiles, save_detailed)
         if plots:
             _write_run_plots(files, out, result)
         files.commit()
@@ -145,10 +180,14 @@ def run(
     except BaseException:
         files.abort()
         raise
+    if json_:
+        import json
+
+        sys.stdout.write(json.dumps(result.summary, indent=2) + "\n")
     if not quiet:
         from servesim.metrics.table import print_summary
 
-        print_summary(result.summary, result.config)
+        print_summary(result.summary, result.config, stderr=json_)
 
 
 # --------------------------------------------------------------------------- run --plots
@@ -198,12 +237,28 @@ def gpus() -> None:
     Console(width=None if sys.stdout.isatty() else 160).print(table)
 
 
-@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
-def bench(ctx: typer.Context) -> None:
-    """Run the speed benchmark suite (options: --only, --timing, --repeat, --traces; see --help)."""
-    from servesim.bench import main as bench_main
+@app.command()
+def bench(
+    only: Annotated[str, typer.Option("--only", metavar="ROWS", help="Comma-separated row keys, e.g. 1a,2a "
+                                      "(docs/performance.md); default: every row whose trace is there.")] = "",
+    timing: Annotated[str, typer.Option("--timing", metavar="KINDS", help="Comma-separated timing kinds: "
+                                        "fixed, roofline, aic.")] = "fixed",
+    repeat: Annotated[int, typer.Option("--repeat", help="Runs per row; the table shows the median "
+                                        "wall time.")] = 3,
+    traces: Annotated[Optional[Path], typer.Option("--traces", metavar="DIR", help="Folder holding mooncake/ "
+                                                   "and azure_llm_2023/ (default: shared/traces beside a "
+                                                   "source checkout).")] = None,
+    vs: Annotated[Optional[tuple[str, str]], typer.Option("--vs", metavar="aisimulate PYTHON", help="Also time "
+                                                          "AISimulate, run by this interpreter of its "
+                                                          "virtualenv, and print the speed-up.")] = None,
+) -> None:
+    """Run the simulator's speed benchmark suite and print it as a Markdown table."""
+    from servesim.bench import run_suite
 
-    raise typer.Exit(bench_main(list(ctx.args)))
+    try:
+        raise typer.Exit(run_suite(only, timing, repeat, traces, vs))
+    except ServesimError as err:
+        _fail(str(err))
 
 
 # --------------------------------------------------------------------------- sweep and recommend
@@ -223,6 +278,9 @@ def _run_sweep_command(base: dict, space, out: Path, workers: Optional[int], ray
 
     if workers is not None and workers < 1:
         raise ServesimError(f"--workers must be at least 1, got {workers}")
+    from servesim.metrics.output import claim_sweep_folder
+
+    claim_sweep_folder(out)   # before any worker starts: never write over someone's files
     executor = make_executor(workers, None if ray in (None, RAY_LOCAL) else ray, ray is not None)
     progress = SweepProgress(enabled=not quiet and sys.stderr.isatty())
     try:
@@ -337,10 +395,11 @@ def main() -> None:
     # on its first validation (~15 ms of start-up); servesim's schema needs none.
     os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
     try:
-        app(args=_optional_ray_address(sys.argv[1:]))
+        status = run_app(app, vb.expand_goodput(_optional_ray_address(sys.argv[1:])))  # usage errors: one line, exit 2
     except ServesimError as err:  # raised outside a command, e.g. while parsing options
         sys.stderr.write(f"error: {err}\n")
-        sys.exit(2)
+        status = 2
+    sys.exit(status)
 
 
 if __name__ == "__main__":

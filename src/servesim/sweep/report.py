@@ -14,6 +14,7 @@ from pathlib import Path
 from servesim.metrics.output import AtomicFiles
 from servesim.sweep.objective import OBJECTIVE_LABELS, derived_metrics, pareto_frontier
 from servesim.sweep.runner import SweepResult
+from servesim.sweep.table import RankedRow, print_ranked
 from servesim.sweep.trials import apply_overrides
 from servesim.yaml_io import dump_yaml
 
@@ -66,7 +67,7 @@ def write_outputs(result: SweepResult, report: Report, out: Path, title: str,
         _write_trials_csv(result, files.path_for(out / "trials.csv"))
         judge = result.judge
         points = [{"trial_id": tid, "x": x, "y": y, "ok": judge.meets(result.rows[tid]),
-                   "label": f"{report.labels[tid]}, {result.rows[tid]['summary']['gpus']} GPUs"}
+                   "label": f"{report.labels[tid]}, {_gpus(result.rows[tid]['summary']['gpus'])}"}
                   for tid, x, y in _points(result.final_rows())]
         tpot = judge.slo.tpot_ms
         plot_pareto(points, report.frontier, files.path_for(out / "pareto.png"), title,
@@ -167,9 +168,32 @@ def explain(result: SweepResult, report: Report) -> list[str]:
     return out
 
 
+def _ranked_rows(result: SweepResult, report: Report, meeting: list[dict], top: int) -> list[RankedRow]:
+    """The table's rows: the first `top` distinct figures, each with how many trials share them."""
+    plan = result.plan
+    pct = result.judge.slo.percentile
+    ttft_key = "median_ttft_ms" if pct == 50 else f"p{pct}_ttft_ms"
+    tpot_key = "median_tpot_ms" if pct == 50 else f"p{pct}_tpot_ms"
+    shown: dict[tuple, list] = {}   # what a row displays -> [row, trials alike]
+    for row in meeting:
+        s = row["summary"]
+        d = derived_metrics(s)
+        figures = (report.labels[row["trial_id"]], str(s["gpus"]), _fmt(d["goodput_per_gpu"], 3),
+                   _fmt(d["throughput_per_gpu"], 0), _fmt(d["tok_s_per_user"], 1), _fmt(s.get(ttft_key), 0),
+                   _fmt(s.get(tpot_key), 1))
+        if figures in shown:
+            shown[figures][1] += 1
+        elif len(shown) < top:
+            params = plan.describe(plan.candidates[row["candidate"]])
+            shown[figures] = [RankedRow(row["trial_id"], figures[0], params, figures[1:]), 0]
+    for ranked, alike in shown.values():
+        if alike:
+            ranked.params += f" (+{alike} alike)"
+    return [ranked for ranked, _ in shown.values()]
+
+
 def print_report(result: SweepResult, report: Report, top: int = 10, console=None) -> None:
     from rich.console import Console
-    from rich.table import Table
 
     import sys
 
@@ -183,34 +207,13 @@ def print_report(result: SweepResult, report: Report, top: int = 10, console=Non
     console.print(f"{plan.total_trials} trials of {len(plan.candidates)} candidates"
                   + (f" ({skipped} set aside)" if skipped else "") + rungs
                   + f"; {result.ran} run now, {result.reused} found done.", style="dim")
-    table = Table(title=f"Best configurations meeting the SLOs ({_slo_text(result)}), by "
-                        f"{OBJECTIVE_LABELS[judge.objective.kind]}",
-                  caption="goodput/GPU in req/s; tok/s/GPU: output tokens; latencies in ms; "
-                          "+N alike: N more trials of that fleet with the same figures")
-    for column in ("#", "trial", "fleet", "params", "GPUs", "goodput/GPU", "tok/s/GPU", "tok/s/user",
-                   f"p{pct} TTFT", f"p{pct} TPOT"):
-        table.add_column(column, justify="left" if column in ("fleet", "params") else "right")
     meeting = [r for r in report.ranked if judge.meets(r)]
-    ttft_key = "median_ttft_ms" if pct == 50 else f"p{pct}_ttft_ms"
-    tpot_key = "median_tpot_ms" if pct == 50 else f"p{pct}_tpot_ms"
-    shown: dict[tuple, list] = {}   # what a row displays -> [row cells, trials alike]
-    for row in meeting:
-        s = row["summary"]
-        d = derived_metrics(s)
-        figures = (report.labels[row["trial_id"]], str(s["gpus"]), _fmt(d["goodput_per_gpu"], 3),
-                   _fmt(d["throughput_per_gpu"], 0), _fmt(d["tok_s_per_user"], 1), _fmt(s.get(ttft_key), 0),
-                   _fmt(s.get(tpot_key), 1))
-        if figures in shown:
-            shown[figures][1] += 1
-        elif len(shown) < top:
-            shown[figures] = [[str(row["trial_id"]), figures[0], plan.describe(plan.candidates[row["candidate"]]),
-                               *figures[1:]], 0]
-    for rank, (cells, alike) in enumerate(shown.values(), 1):
-        if alike:
-            cells[2] += f" (+{alike} alike)"
-        table.add_row(str(rank), *cells)
     if meeting:
-        console.print(table)
+        title = (f"Best configurations meeting the SLOs ({_slo_text(result)}), by "
+                 f"{OBJECTIVE_LABELS[judge.objective.kind]}")
+        caption = ("goodput/GPU in req/s; tok/s/GPU: output tokens; latencies in ms; "
+                   "+N alike: N more trials of that fleet with the same figures")
+        print_ranked(console, _ranked_rows(result, report, meeting, top), pct, title, caption)
     frontier = ", ".join(f"{tid} ({report.labels[tid]})" for tid in report.frontier)
     console.print(f"Pareto frontier (throughput per GPU vs tok/s per user), by interactivity: {frontier or 'empty'}")
     for line in explain(result, report):
