@@ -49,18 +49,22 @@ class Collector:
         # Most requests delivered by a pass got their previous token from the same pass: count
         # the gaps first and add each distinct one once.
         gaps: dict[int, int] = {}
-        delivered = 0
-        times = self.token_times
-        for request in done.delivered:
+        singles = done.delivered
+        for request in singles:
             if request.first_token_ns is None:
                 request.first_token_ns = end
             elif request.request_id >= warmup:
                 gap = end - request.last_token_ns
                 gaps[gap] = gaps.get(gap, 0) + 1
             request.last_token_ns = end
-            if request.request_id >= warmup:
-                delivered += 1
-                if times is not None:
+        # Counted apart from the loop above, which every pass runs: warm-up and --save-detailed are rare.
+        delivered = len(singles)
+        if warmup:
+            delivered -= sum(1 for request in singles if request.request_id < warmup)
+        times = self.token_times
+        if times is not None:
+            for request in singles:
+                if request.request_id >= warmup:
                     times.setdefault(request.request_id, array("q")).append(end)
         measured = done.bulk_deliveries - done.bulk_warmup
         steps = done.group_steps - done.early_steps   # earlier passes of a run went in early records
