@@ -1,7 +1,7 @@
 """The fast engine against the reference: identical per-request records on random workloads.
 
-This is the licence for every optimisation in engine/fast_vllm.py and
-engine/decode_group.py: tiny KV caches that force preemption, chunked prefill
+This is the licence for every optimisation in engine/vllm/fast.py and
+engine/vllm/decode_group.py: tiny KV caches that force preemption, chunked prefill
 with small budgets, thresholds, prefix sharing, async and sync scheduling,
 open- and closed-loop clients.
 """
@@ -204,7 +204,7 @@ def test_fast_matches_reference_replicas(tmp_path, scenario, timing, policy, cou
 
 def test_preemption_in_aggregate_form(run, monkeypatch):
     """A KV shortage among decode-group members preempts the newest member without dissolving the group."""
-    from servesim.engine.fast_vllm import FastVllmScheduler
+    from servesim.engine.vllm.fast import FastVllmScheduler
 
     dissolved_members = []
     dissolve = FastVllmScheduler._dissolve

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from servesim.engine.kv_cache import KvCache
-from servesim.engine.reference_kv_cache import ReferenceKvCache
+from servesim.engine.kv.cache import KvCache
+from servesim.engine.kv.reference_cache import ReferenceKvCache
 from servesim.engine.request import Request
 from servesim.workload.prompt import _END_BITS, BlockKeys, PrefixInterner
 

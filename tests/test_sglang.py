@@ -5,9 +5,9 @@ Fixed 10 ms passes; `disable_overlap_schedule: true` unless a test is about the 
 
 from __future__ import annotations
 
-from servesim.engine.kv_cache import KvCache
+from servesim.engine.kv.cache import KvCache
 from servesim.engine.request import Request
-from servesim.engine.sglang_scheduler import SglangScheduler
+from servesim.engine.sglang.scheduler import SglangScheduler
 
 from .conftest import run_backend
 

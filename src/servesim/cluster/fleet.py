@@ -11,15 +11,15 @@ from servesim.config import (
     TrtllmSchedulerConfig,
     VllmSchedulerConfig,
 )
-from servesim.engine.fast_vllm import FastVllmScheduler
-from servesim.engine.kv_cache import KvCache
-from servesim.engine.host_tier import HostTier
-from servesim.engine.reference_kv_cache import ReferenceKvCache
+from servesim.engine.vllm.fast import FastVllmScheduler
+from servesim.engine.kv.cache import KvCache
+from servesim.engine.kv.host_tier import HostTier
+from servesim.engine.kv.reference_cache import ReferenceKvCache
 from servesim.engine.speculative import Speculation
-from servesim.engine.sglang_scheduler import FastSglangScheduler, SglangScheduler
-from servesim.engine.trtllm_scheduler import FastTrtllmScheduler, TrtllmScheduler
+from servesim.engine.sglang.scheduler import FastSglangScheduler, SglangScheduler
+from servesim.engine.trtllm.scheduler import FastTrtllmScheduler, TrtllmScheduler
 from servesim.engine.request import Request
-from servesim.engine.vllm_scheduler import VllmScheduler
+from servesim.engine.vllm.scheduler import VllmScheduler
 from servesim.engine.worker import Worker
 from servesim.errors import ServesimError
 from servesim.hardware.deployment import Deployment

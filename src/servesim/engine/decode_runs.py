@@ -1,6 +1,6 @@
 """Runs of identical decode passes for the per-request schedulers (SGLang, TensorRT-LLM).
 
-vLLM's fast engine holds decoding requests as aggregates (engine/decode_group.py).
+vLLM's fast engine holds decoding requests as aggregates (engine/vllm/decode_group.py).
 SGLang and TensorRT-LLM keep their per-request schedulers, whose passes cost
 O(batch); what this module saves is the passes themselves. When a scheduled pass
 only decodes, one token for every running request, and nothing can change until

@@ -38,7 +38,7 @@ class ScheduledPass:
         self.end_ns = 0
         self.delivered: list[Request] = []  # filled when the outputs are processed
         self.finished: list[Request] = []
-        # The fast engine's lockstep decode group, held as aggregates (engine/decode_group.py):
+        # The fast engine's lockstep decode group, held as aggregates (engine/vllm/decode_group.py):
         self.group_step = 0         # the group's step in this pass (0: none)
         self.group_size = 0         # members decoding one token each
         self.group_context = 0      # Σ of their context lengths
@@ -54,7 +54,7 @@ class ScheduledPass:
         self.step_durations = None  # their durations (ns), when group_steps > 1 and they differ
         self.load_ns = 0            # KV offload: copying host-tier prefix hits back to the GPU
         self.kv_peak = 0            # a fast-forwarded run: KV blocks used at the end of its next-to-last pass
-        # A run past some members' last tokens (engine/group_runs.py) reports its passes up to
+        # A run past some members' last tokens (engine/vllm/group_runs.py) reports its passes up to
         # each such finish as a record of their own, at that pass end: `early_records`, covering
         # its first `early_steps` passes. Such a record knows its KV usage ahead (`kv_used`;
         # -1: read the cache when the record is reported).

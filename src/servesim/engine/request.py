@@ -31,7 +31,7 @@ class Request:
         "is_prefill_chunk", "blocks", "num_cached_blocks", "num_preemptions", "seq", "live_private",
         # speculative decoding: the drafter has drafts for it; verifications so far
         "drafting", "spec_steps",
-        # membership of the fast engine's lockstep decode group (engine/decode_group.py)
+        # membership of the fast engine's lockstep decode group (engine/vllm/decode_group.py)
         "group_first", "group_final", "group_computed", "group_offset",
         # measurements
         "first_scheduled_ns", "first_token_ns", "last_token_ns", "finish_ns", "cached_tokens", "host_cached_tokens",

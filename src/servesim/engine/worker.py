@@ -30,7 +30,7 @@ from itertools import accumulate
 
 from servesim.engine.passes import ScheduledPass
 from servesim.engine.request import Request
-from servesim.engine.vllm_scheduler import VllmScheduler
+from servesim.engine.vllm.scheduler import VllmScheduler
 from servesim.timing.base import PassShape, TimingModel
 
 PassListener = Callable[["Worker", ScheduledPass], None]

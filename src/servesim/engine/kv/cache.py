@@ -1,6 +1,6 @@
 """vLLM's paged KV cache with prefix caching, at a cost that does not grow with private blocks.
 
-The contract is `ReferenceKvCache`'s (engine/reference_kv_cache.py, vLLM 0.32's
+The contract is `ReferenceKvCache`'s (engine/kv/reference_cache.py, vLLM 0.32's
 block pool; see docs/modeling/vllm.md). What changes is bookkeeping, in four
 observations:
 
@@ -75,7 +75,7 @@ class _Chunk(list):
 
 
 class KvCache:
-    host = None   # KV offload runs on the reference cache (engine/host_tier.py)
+    host = None   # KV offload runs on the reference cache (engine/kv/host_tier.py)
 
     def __init__(
         self,

@@ -1,6 +1,6 @@
 """vLLM's paged KV cache with prefix caching, modelled block by block (the reference).
 
-`engine/kv_cache.py` holds the same contract in a form whose cost does not grow
+`engine/kv/cache.py` holds the same contract in a form whose cost does not grow
 with the number of blocks a request holds; this one is kept as the readable
 reference, used by the reference scheduler and held equal by tests.
 
@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from servesim.engine.host_tier import HostTier
+from servesim.engine.kv.host_tier import HostTier
 from servesim.engine.request import Request
 
 

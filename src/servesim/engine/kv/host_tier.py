@@ -8,7 +8,7 @@ the host tier, and the blocks found there are copied back over the host link
 instead of being recomputed. Their copy time is added to the pass that admits the
 request (docs/modeling/kv_offload.md). The host keeps its copy after a load.
 
-The tier sits under the reference cache (engine/reference_kv_cache.py), where every
+The tier sits under the reference cache (engine/kv/reference_cache.py), where every
 full block has its key; runs with offload use it (see cluster/fleet.py).
 """
 

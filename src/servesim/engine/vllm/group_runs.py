@@ -1,6 +1,6 @@
 """Fast-forwarded runs of the decode group's steps (vLLM's fast engine).
 
-A pass that only advances the decode group (engine/decode_group.py) can stand for
+A pass that only advances the decode group (engine/vllm/decode_group.py) can stand for
 a run of such passes while nothing can change what the scheduler decides: no other
 running request, no admission possible, enough free blocks for every step, and no
 outside event before the run's last pass end (the worker's horizon, engine/worker.py).

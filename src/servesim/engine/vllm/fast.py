@@ -19,12 +19,12 @@ identical records on random workloads.
 
 from __future__ import annotations
 
-from servesim.engine.decode_group import DecodeGroup
-from servesim.engine.group_runs import GroupRuns
-from servesim.engine.kv_cache import ceil_div
+from servesim.engine.vllm.decode_group import DecodeGroup
+from servesim.engine.vllm.group_runs import GroupRuns
+from servesim.engine.kv.cache import ceil_div
 from servesim.engine.passes import PassEntry, ScheduledPass
 from servesim.engine.request import Request, Status
-from servesim.engine.vllm_scheduler import VllmScheduler
+from servesim.engine.vllm.scheduler import VllmScheduler
 
 
 class FastVllmScheduler(GroupRuns, VllmScheduler):

@@ -9,9 +9,9 @@ straightforward per-request form of those rules (the reference).
 
 from __future__ import annotations
 
-from servesim.engine.kv_cache import KvCache
+from servesim.engine.kv.cache import KvCache
 from servesim.engine.passes import PassEntry, ScheduledPass
-from servesim.engine.reference_kv_cache import ReferenceKvCache
+from servesim.engine.kv.reference_cache import ReferenceKvCache
 from servesim.engine.request import Request, Status
 from servesim.engine.scheduler_core import SchedulerCore
 

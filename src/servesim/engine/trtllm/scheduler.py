@@ -20,7 +20,7 @@ Follows the 2025 v1.1-1.2 line of `tensorrt_llm/_torch/pyexecutor/scheduler.py` 
 from __future__ import annotations
 
 from servesim.engine.decode_runs import DecodeRuns
-from servesim.engine.kv_cache import ceil_div
+from servesim.engine.kv.cache import ceil_div
 from servesim.engine.passes import PassEntry, ScheduledPass
 from servesim.engine.request import Request, Status
 from servesim.engine.scheduler_core import SchedulerCore

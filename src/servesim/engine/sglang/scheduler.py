@@ -14,7 +14,7 @@ the waiting queue. docs/modeling/sglang.md has every rule with its upstream func
 from __future__ import annotations
 
 from servesim.engine.decode_runs import DecodeRuns
-from servesim.engine.kv_cache import ceil_div
+from servesim.engine.kv.cache import ceil_div
 from servesim.engine.passes import PassEntry, ScheduledPass
 from servesim.engine.request import Request
 from servesim.engine.scheduler_core import SchedulerCore
