@@ -88,7 +88,8 @@ def _request(request_id, prompt, output):
 
 
 def _scheduler(pool_tokens, **kwargs):
-    kv = KvCache(num_gpu_blocks=pool_tokens + 1, block_size=1, enable_caching=False, max_model_len=4096)
+    kv = KvCache(num_gpu_blocks=pool_tokens + 1, block_size=1, enable_caching=False, max_model_len=4096,
+                 full_sequence_admission=False)
     settings = dict(max_running_requests=64, chunked_prefill_size=4096, max_prefill_tokens=16384,
                     schedule_policy="fcfs", enable_mixed_chunk=False, init_new_token_ratio=0.7,
                     min_new_token_ratio=0.3, new_token_ratio_decay=0.1, max_model_len=4096, overlap=False)

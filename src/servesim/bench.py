@@ -24,6 +24,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from servesim.engine.registry import DEFAULT_BACKEND
 from servesim.errors import ServesimError
 from servesim.yaml_io import dump_yaml
 
@@ -57,7 +58,9 @@ class Workload:
     needs: Path | None = None   # a trace file this row needs
     workers: dict | None = None  # engine.workers, when not the single aggregated worker
     router: dict | None = None
-    backend: str = "vllm"
+    backend: str = DEFAULT_BACKEND
+    gpu: str = "b200"           # _VLLM_GPU (below); rows 2s and 2t run on an H100, for its default KV pools
+    aisimulate: bool = True     # has a counterpart row in AISimulate, which is compared on vLLM only
 
 
 # 60,000 blocks of 16 tokens of Llama-3.1-8B KV cache take 117 GiB: more than an H100 leaves after the
@@ -83,9 +86,11 @@ def workloads(traces: Path | None = None) -> list[Workload]:
         Workload("2a", "closed loop c256, 1024/1024, 8,000 requests", _closed(8000, 256, 1024, 1024)),
         Workload("2b", "closed loop c256, 1024/1024, 32,000 requests", _closed(32000, 256, 1024, 1024)),
         Workload("2s", "closed loop c256, 1024/1024, 2,000 requests, SGLang", _closed(2000, 256, 1024, 1024),
-                 workers={"aggregated": {"scheduler": {"max_running_requests": 1024}}}, backend="sglang"),
+                 workers={"aggregated": {"scheduler": {"max_running_requests": 1024}}}, backend="sglang",
+                 gpu="h100-sxm", aisimulate=False),
         Workload("2t", "closed loop c256, 1024/1024, 2,000 requests, TensorRT-LLM", _closed(2000, 256, 1024, 1024),
-                 workers={"aggregated": {"scheduler": {"max_batch_size": 1024}}}, backend="trtllm"),
+                 workers={"aggregated": {"scheduler": {"max_batch_size": 1024}}}, backend="trtllm",
+                 gpu="h100-sxm", aisimulate=False),
         Workload("3", "closed loop c64, 8192/1024, 2,000 requests", _closed(2000, 64, 8192, 1024)),
         Workload("4", "Poisson overload (60 req/s, ~2.6x capacity), 1024/1024, 8,000 requests",
                  {"synthetic": {"num_requests": 8000, "input_length": 1024, "output_length": 1024},
@@ -110,7 +115,7 @@ def config_for(workload: Workload, timing: str) -> dict:
     timing_cfg = {"kind": "fixed", "pass_ms": 10.0} if timing == "fixed" else {"kind": timing}
     return {
         "model": "llama-3.1-8b",
-        "gpu": _VLLM_GPU if workload.backend == "vllm" else "h100-sxm",   # 2s, 2t: their default KV pools
+        "gpu": workload.gpu,
         "engine": {
             "backend": workload.backend,
             "timing": timing_cfg,
@@ -129,7 +134,7 @@ def aisimulate_config(workload: Workload) -> dict | None:
     """
     spec = workload.workload
     synthetic = spec.get("synthetic")
-    if workload.backend != "vllm":
+    if not workload.aisimulate:
         return None   # compared on vLLM only
     if workload.key == "5":
         source = {"type": "trace", "format": "mooncake", "paths": [spec["trace"]], "block_size": 512}

@@ -27,7 +27,7 @@ show_flags_plainly()  # `--quiet` in --help, not `--quiet <bool>` (typer 0.2x)
 def _print_version(value: bool) -> None:
     if value:
         from servesim import __version__
-        from servesim.engine.versions import engine_versions_line
+        from servesim.engine.registry import engine_versions_line
 
         sys.stdout.write(f"servesim {__version__} (models {engine_versions_line()})\n")
         raise typer.Exit(0)
@@ -125,14 +125,14 @@ def run(
             raise ServesimError(f"--seed must be a non-negative integer, got {seed}")
         if plots and out is None:
             raise ServesimError("--plots writes its figures into the --out folder; give --out DIR too")
-        from servesim.metrics.vllm_result import check_report_options
+        from servesim.metrics.vllm_result import VLLM_BENCH_FORMAT, check_report_options
 
         percentiles = check_report_options(format_, save_detailed, out, metric_percentiles)
         targets = {}
         if out is not None:
             files.stage_folder(out)   # a fresh folder swapped in whole: no stale files beside new results
             for name in ("summary.json", "requests.csv", "workers.csv", "config.resolved.yaml") + (
-                    ("result.json",) if format_ == "vllm" else ()):
+                    ("result.json",) if format_ == VLLM_BENCH_FORMAT else ()):
                 targets[name] = files.path_for(out / name)
         if passes is not None:
             check_passes_target(passes, [config, trace], files)

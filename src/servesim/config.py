@@ -16,21 +16,24 @@ from pathlib import Path
 from collections.abc import Callable
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, model_validator
 
+from servesim.engine.registry import BACKENDS, DEFAULT_BACKEND, get_backend
+# Each engine's scheduler schema lives in its package; re-exported for code that imports them from here.
+from servesim.engine.sglang.config import SglangSchedulerConfig  # noqa: F401
+from servesim.engine.trtllm.config import TrtllmSchedulerConfig  # noqa: F401
+from servesim.engine.vllm.config import VllmSchedulerConfig  # noqa: F401
 from servesim.errors import ServesimError
 from servesim.yaml_io import dump_yaml, load_yaml, read_text
 
-PositiveInt = Annotated[int, Field(gt=0)]
-NonNegativeInt = Annotated[int, Field(ge=0)]
-PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
-NonNegativeFloat = Annotated[float, Field(ge=0, allow_inf_nan=False)]
-Probability = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
-
-
-class StrictModel(BaseModel):
-    model_config = ConfigDict(strict=True, extra="forbid", validate_default=True)
-
+from servesim.schema_base import (  # noqa: F401  (re-exported: the config's public names)
+    NonNegativeFloat,
+    NonNegativeInt,
+    PositiveFloat,
+    PositiveInt,
+    Probability,
+    StrictModel,
+)
 
 # --------------------------------------------------------------------------- timing
 
@@ -93,180 +96,21 @@ TimingConfig = Annotated[Union[FixedTiming, PolynomialTiming, RooflineTiming, Ai
 
 # --------------------------------------------------------------------------- schedulers
 
-
-class VllmSchedulerConfig(StrictModel):
-    """vLLM's scheduler and cache settings, named as its CLI flags."""
-
-    max_num_seqs: PositiveInt | None = None
-    max_num_batched_tokens: PositiveInt | None = None
-    block_size: PositiveInt = 16
-    num_gpu_blocks: Annotated[int, Field(ge=2)] | None = None
-    max_model_len: PositiveInt | None = None
-    enable_chunked_prefill: bool = True
-    enable_prefix_caching: bool = True
-    long_prefill_token_threshold: NonNegativeInt = 0
-    async_scheduling: bool | None = None
-    watermark: Annotated[float, Field(ge=0, lt=1)] = 0.0
-
-    # The same facts under every backend's own names (see the other two schedulers).
-    @property
-    def kv_block_size(self) -> int:
-        return self.block_size
-
-    @property
-    def prefix_caching(self) -> bool:
-        return self.enable_prefix_caching
-
-    @property
-    def context_limit(self) -> int:
-        return self.max_model_len
-
-    def output_room(self, input_length: int) -> int:
-        return self.max_model_len - input_length
-
-    @property
-    def kv_blocks(self) -> int:
-        return self.num_gpu_blocks   # vLLM's count includes its null block
-
-    @property
-    def overlap(self) -> bool:
-        return self.async_scheduling
-
-
-class SglangSchedulerConfig(StrictModel):
-    """SGLang's server arguments (sglang 0.5.9 defaults; docs/modeling/sglang.md)."""
-
-    max_running_requests: PositiveInt | None = None   # null: SGLang's rule from the KV pool size
-    chunked_prefill_size: int | None = None           # null: by GPU memory (8192 on H100/H200); -1: off
-    max_prefill_tokens: PositiveInt = 16384
-    max_total_tokens: PositiveInt | None = None       # KV pool in tokens; null: from mem_fraction_static
-    mem_fraction_static: Annotated[float, Field(gt=0, le=1)] | None = None  # null: SGLang's rule
-    page_size: PositiveInt = 1
-    context_length: PositiveInt | None = None         # null: the model's
-    schedule_policy: Literal["fcfs", "lpm"] = "fcfs"
-    # null: the radix cache is on, except on P/D decode workers, where SGLang forces a plain
-    # chunk cache unless --disaggregation-decode-enable-radix-cache (false here turns it on there).
-    disable_radix_cache: bool | None = None
-    disable_overlap_schedule: bool | None = None      # null: off, but on (no overlap) with speculative decoding
-    enable_mixed_chunk: bool = False
-    init_new_token_ratio: Probability = 0.7
-    min_new_token_ratio: Probability = 0.098          # 0.7 × SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR 0.14
-    new_token_ratio_decay: Probability = 0.0010033    # (0.7 − 0.098) / 600 decode passes
-    # P/D decode workers: decode tokens kept free per admitted request before a KV transfer may
-    # take pages (the SGLANG_NUM_RESERVED_DECODE_TOKENS environment variable).
-    num_reserved_decode_tokens: NonNegativeInt = 512
-    # --scheduler-recv-interval: the scheduler reads new requests only every this many loop
-    # iterations (a decode pass counts 1, a prefill pass reads at the next one; 1: every one).
-    scheduler_recv_interval: PositiveInt = 1
-
-    @model_validator(mode="after")
-    def _chunk_in_whole_pages(self) -> SglangSchedulerConfig:
-        chunk = self.chunked_prefill_size
-        if chunk is not None and chunk != -1 and chunk < 1:
-            raise ValueError(f"chunked_prefill_size must be a positive number of tokens, or -1 to turn "
-                             f"chunking off (got {chunk})")
-        if chunk is not None and chunk > 0 and chunk % self.page_size:
-            # SGLang asserts this too: a chunk is cut to whole pages, so a smaller one never progresses.
-            raise ValueError(f"chunked_prefill_size {chunk} must be a multiple of page_size {self.page_size}")
-        return self
-
-    @property
-    def kv_block_size(self) -> int:
-        return self.page_size
-
-    @property
-    def prefix_caching(self) -> bool:
-        return not self.disable_radix_cache
-
-    @property
-    def context_limit(self) -> int:
-        return self.context_length
-
-    def output_room(self, input_length: int) -> int:
-        # SGLang clamps max_new_tokens to context_length - input - 1 (Scheduler.init_req_max_new_tokens).
-        return self.context_length - input_length - 1
-
-    @property
-    def kv_blocks(self) -> int:
-        return self.max_total_tokens // self.page_size + 1   # KvCache counts one null block
-
-    @property
-    def overlap(self) -> bool:
-        return not self.disable_overlap_schedule
-
-
-class TrtllmSchedulerConfig(StrictModel):
-    """TensorRT-LLM's LLM-API settings (trtllm-serve defaults; docs/modeling/trtllm.md)."""
-
-    max_batch_size: PositiveInt = 2048
-    max_num_tokens: PositiveInt = 8192
-    tokens_per_block: PositiveInt = 32
-    max_tokens: PositiveInt | None = None             # KV capacity in tokens; null: from memory
-    free_gpu_memory_fraction: Annotated[float, Field(gt=0, le=1)] = 0.9
-    max_seq_len: PositiveInt | None = None            # null: the model's context length
-    capacity_scheduler_policy: Literal["GUARANTEED_NO_EVICT", "MAX_UTILIZATION"] = "GUARANTEED_NO_EVICT"
-    enable_chunked_context: bool = False
-    enable_block_reuse: bool = True
-    disable_overlap_scheduler: bool | None = None     # null: off, but on (no overlap) with n-gram drafts
-
-    @model_validator(mode="after")
-    def _chunk_holds_a_block(self) -> TrtllmSchedulerConfig:
-        if self.enable_chunked_context and self.max_num_tokens < self.tokens_per_block:
-            # Context chunks are whole KV blocks (but the last): a smaller budget never fits one.
-            raise ValueError(f"max_num_tokens {self.max_num_tokens} is smaller than tokens_per_block "
-                             f"{self.tokens_per_block}, so chunked context could never schedule a chunk")
-        return self
-
-    @property
-    def kv_block_size(self) -> int:
-        return self.tokens_per_block
-
-    @property
-    def prefix_caching(self) -> bool:
-        return self.enable_block_reuse
-
-    @property
-    def context_limit(self) -> int:
-        return self.max_seq_len
-
-    def output_room(self, input_length: int) -> int:
-        return self.max_seq_len - input_length
-
-    @property
-    def kv_blocks(self) -> int:
-        return self.max_tokens // self.tokens_per_block + 1   # KvCache counts one null block
-
-    @property
-    def overlap(self) -> bool:
-        return not self.disable_overlap_scheduler
-
-
-SCHEDULER_SCHEMAS: dict[str, type[StrictModel]] = {
-    "vllm": VllmSchedulerConfig,
-    "sglang": SglangSchedulerConfig,
-    "trtllm": TrtllmSchedulerConfig,
-}
-_BACKEND_LABEL = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM"}
-
-# The same knob under each engine's own name (a leading "!" marks an inverted boolean).
-_COUNTERPARTS: tuple[dict[str, str], ...] = (
-    {"vllm": "max_num_seqs", "sglang": "max_running_requests", "trtllm": "max_batch_size"},
-    {"vllm": "max_num_batched_tokens", "sglang": "chunked_prefill_size", "trtllm": "max_num_tokens"},
-    {"vllm": "block_size", "sglang": "page_size", "trtllm": "tokens_per_block"},
-    {"vllm": "num_gpu_blocks", "sglang": "max_total_tokens", "trtllm": "max_tokens"},
-    {"vllm": "max_model_len", "sglang": "context_length", "trtllm": "max_seq_len"},
-    {"vllm": "gpu_memory_utilization", "sglang": "mem_fraction_static", "trtllm": "free_gpu_memory_fraction"},
-    {"vllm": "enable_prefix_caching", "sglang": "!disable_radix_cache", "trtllm": "enable_block_reuse"},
-    {"vllm": "enable_chunked_prefill", "sglang": "chunked_prefill_size", "trtllm": "enable_chunked_context"},
-    {"vllm": "async_scheduling", "sglang": "!disable_overlap_schedule", "trtllm": "!disable_overlap_scheduler"},
-)
+# engine.backend's values and every role's scheduler type, in the registry's order.
+BackendName = Literal[tuple(BACKENDS)]
+SchedulerConfig = Union[tuple(backend.schema for backend in BACKENDS.values())]
 
 
 def _counterpart(key: str, backend: str) -> str | None:
-    for row in _COUNTERPARTS:
-        if any(name.lstrip("!") == key for name in row.values()) and backend in row:
-            name = row[backend]
-            return f"{name[1:]} (inverted)" if name.startswith("!") else name
+    """`backend`'s name for the setting some engine calls `key` (None: it has none)."""
+    from servesim.engine.backend import COUNTERPART_CONCEPTS
+
+    for concept in COUNTERPART_CONCEPTS:
+        names = [b.counterparts[concept] for b in BACKENDS.values() if concept in b.counterparts]
+        if any(name.lstrip("!") == key for name in names):
+            twin = get_backend(backend).counterpart_of(concept)
+            if twin is not None:
+                return twin
     return None
 
 
@@ -316,7 +160,7 @@ class RoleConfig(StrictModel):
     gpu_memory_utilization: Annotated[float, Field(gt=0, le=1)] = 0.9
     # Validated against engine.backend's schema by `load_config` (it depends on a sibling
     # of this model's parent, which a field validator cannot see).
-    scheduler: Union[VllmSchedulerConfig, SglangSchedulerConfig, TrtllmSchedulerConfig, None] = None
+    scheduler: SchedulerConfig | None = None
     speculative: SpeculativeConfig | None = None
     kv_offload: KvOffloadConfig | None = None
 
@@ -362,7 +206,7 @@ class RouterConfig(StrictModel):
 
 
 class EngineConfig(StrictModel):
-    backend: Literal["vllm", "sglang", "trtllm"] = "vllm"
+    backend: BackendName = DEFAULT_BACKEND
     tokenization_ms: NonNegativeFloat = 0.0
     timing: TimingConfig = Field(default_factory=lambda: RooflineTiming(kind="roofline"))
     workers: WorkersConfig = Field(default_factory=WorkersConfig)
@@ -674,8 +518,8 @@ def _validate_schedulers(config: SimulationConfig, raw: dict[str, Any],
 
     `source_of(dotted key)` names what set that key: the file, or a --set.
     """
-    backend = config.engine.backend
-    schema = SCHEDULER_SCHEMAS[backend]
+    backend = get_backend(config.engine.backend)
+    schema = backend.schema
     for role, role_cfg in config.engine.roles().items():
         where = f"engine.workers.{role}.scheduler"
         data = raw.get(role, {})
@@ -684,31 +528,26 @@ def _validate_schedulers(config: SimulationConfig, raw: dict[str, Any],
         if not isinstance(data, dict):
             raise ServesimError(f"{source_of(where)}: {where} must be a mapping, got {_describe(data)}")
         for key in data:
-            owners = [b for b, s in SCHEDULER_SCHEMAS.items() if key in s.model_fields]
+            owners = [b for b in BACKENDS.values() if key in b.schema.model_fields]
             if key not in schema.model_fields and owners:
-                twin = _counterpart(key, backend)
-                hint = f"; {_BACKEND_LABEL[backend]}'s counterpart is {twin}" if twin else ""
+                twin = _counterpart(key, backend.name)
+                hint = f"; {backend.label}'s counterpart is {twin}" if twin else ""
                 raise ServesimError(
-                    f"{source_of(f'{where}.{key}')}: {where}.{key} is a {_BACKEND_LABEL[owners[0]]} setting, "
-                    f"not valid with engine.backend {backend}{hint}"
+                    f"{source_of(f'{where}.{key}')}: {where}.{key} is a {owners[0].label} setting, "
+                    f"not valid with engine.backend {backend.name}{hint}"
                 )
         try:
             role_cfg.scheduler = schema.model_validate(data)
         except ValidationError as err:
             raise ServesimError(_error_sentence(err, data, source_of(where), prefix=where,
                                                 blame=source_of)) from None
-        spec = role_cfg.speculative
-        if backend == "vllm" and role_cfg.scheduler.async_scheduling is True and spec and spec.method == "ngram":
-            raise ServesimError(
-                f"{source_of(f'{where}.async_scheduling')}: {where}.async_scheduling: true cannot be combined "
-                "with ngram speculative decoding (vLLM runs ngram drafts synchronously); leave it unset or "
-                "set it to false"
-            )
+        backend.check_role(role_cfg, where, source_of)
         where_role = where.rsplit(".", 1)[0]
         if role_cfg.kv_offload is not None:
-            if backend == "trtllm":
+            if not backend.kv_offload:
+                modelled = " and ".join(b.name for b in BACKENDS.values() if b.kv_offload)
                 raise ServesimError(f"{source_of(where_role + '.kv_offload')}: {where_role}.kv_offload is "
-                                    "modelled for vllm and sglang, not trtllm")
+                                    f"modelled for {modelled}, not {backend.name}")
             if not role_cfg.scheduler.prefix_caching:
                 raise ServesimError(f"{source_of(where_role + '.kv_offload')}: {where_role}.kv_offload needs "
                                     f"the prefix cache, which {where} turns off")

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, get_args
 
 from servesim.config import ClientConfig, TimingConfig, set_dotted
+from servesim.engine.registry import DEFAULT_BACKEND
 
 Override = tuple  # (dotted key, value) or (dotted key, value, label naming it in errors)
 
@@ -93,7 +94,7 @@ def apply_overrides(data: dict, overrides: list[Override], source: str) -> Overr
     if not overrides:
         return log
     engine = data.get("engine")
-    file_backend = engine.get("backend", "vllm") if isinstance(engine, dict) else "vllm"
+    file_backend = engine.get("backend", DEFAULT_BACKEND) if isinstance(engine, dict) else DEFAULT_BACKEND
     for item in overrides:
         key, value = item[0], item[1]
         label = item[2] if len(item) > 2 else f"--set {key}"
@@ -108,7 +109,7 @@ def apply_overrides(data: dict, overrides: list[Override], source: str) -> Overr
     _switch_source(data, log)
     _infer_formats(data, log)
     engine = data.get("engine")
-    new_backend = engine.get("backend", "vllm") if isinstance(engine, dict) else "vllm"
+    new_backend = engine.get("backend", DEFAULT_BACKEND) if isinstance(engine, dict) else DEFAULT_BACKEND
     if new_backend != file_backend and log.covers("engine.backend"):
         from servesim.backend_switch import carry_schedulers
 

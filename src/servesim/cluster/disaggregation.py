@@ -109,7 +109,8 @@ class Disaggregation:
             hits = kv.lookup(request)
             hit_tokens = len(hits) * kv.block_size
             if not decode_worker.scheduler.admits_transfer(request) or not kv.admit(
-                    request, hits, request.prompt_len - hit_tokens, has_running=False, cache=False):
+                    request, hits, request.prompt_len - hit_tokens, has_running=False, cache=False,
+                    full_sequence=True):   # a transfer lands the whole prompt, on every backend
                 # Back-pressure: the prefill worker keeps holding its blocks.
                 decode_worker.scheduler.transfers_waiting = True
                 return

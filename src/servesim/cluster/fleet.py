@@ -4,22 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from servesim.config import (
-    RoleConfig,
-    SglangSchedulerConfig,
-    SimulationConfig,
-    TrtllmSchedulerConfig,
-    VllmSchedulerConfig,
-)
-from servesim.engine.vllm.fast import FastVllmScheduler
+from servesim.config import RoleConfig, SimulationConfig
+from servesim.engine.backend import SchedulerSettings
 from servesim.engine.kv.cache import KvCache
 from servesim.engine.kv.host_tier import HostTier
 from servesim.engine.kv.reference_cache import ReferenceKvCache
-from servesim.engine.speculative import Speculation
-from servesim.engine.sglang.scheduler import FastSglangScheduler, SglangScheduler
-from servesim.engine.trtllm.scheduler import FastTrtllmScheduler, TrtllmScheduler
+from servesim.engine.registry import backend_of, get_backend
 from servesim.engine.request import Request
-from servesim.engine.vllm.scheduler import VllmScheduler
+from servesim.engine.speculative import Speculation
 from servesim.engine.worker import Worker
 from servesim.errors import ServesimError
 from servesim.hardware.deployment import Deployment
@@ -66,8 +58,9 @@ class Role:
 class RequestFactory:
     """Engine-side requests for one role: block keys at that role's block size, max_model_len clamps."""
 
-    def __init__(self, sched: VllmSchedulerConfig, trace_block_size: int, interner: PrefixInterner) -> None:
+    def __init__(self, sched: SchedulerSettings, trace_block_size: int, interner: PrefixInterner) -> None:
         self.sched = sched
+        self.backend = backend_of(sched)
         self.trace_block_size = trace_block_size
         self.interner = interner
 
@@ -92,67 +85,27 @@ class RequestFactory:
 
     def reject_reason(self, input_length: int) -> str | None:
         """Why the frontend refuses a prompt of this length (None: it does not)."""
-        # The frontend refuses a prompt that leaves no room for one output token; TensorRT-LLM
-        # without chunked context also refuses one longer than an iteration's token budget.
+        # Every frontend refuses a prompt that leaves no room for one output token; an engine may
+        # refuse more (TensorRT-LLM without chunked context: one longer than a pass's token budget).
         if self.sched.output_room(input_length) < 1:
             return "prompt_exceeds_max_model_len"
-        if (isinstance(self.sched, TrtllmSchedulerConfig) and not self.sched.enable_chunked_context
-                and input_length > self.sched.max_num_tokens):
-            return "prompt_exceeds_token_budget"
-        return None
+        return self.backend.reject_reason(self.sched, input_length)
 
 
 def make_scheduler(sched, kv, use_reference: bool, speculative=None, seed: int = 0):
     """The backend's scheduling policy over the common engine core."""
-    scheduler = _policy(sched, kv, use_reference or speculative is not None)
+    # Drafts make decoding requests advance by different amounts, so the fast engine's
+    # lockstep decode group does not apply: speculative decoding runs the per-request form.
+    scheduler = backend_of(sched).make_scheduler(sched, kv, use_reference or speculative is not None)
     if speculative is not None:
         scheduler.speculation = Speculation(speculative, seed)
     return scheduler
 
 
-def _policy(sched, kv, use_reference: bool):
-    # Drafts make decoding requests advance by different amounts, so the fast engine's
-    # lockstep decode group does not apply: speculative decoding runs the per-request form.
-    if isinstance(sched, VllmSchedulerConfig):
-        return (VllmScheduler if use_reference else FastVllmScheduler)(
-            kv,
-            max_num_seqs=sched.max_num_seqs,
-            max_num_batched_tokens=sched.max_num_batched_tokens,
-            max_model_len=sched.max_model_len,
-            enable_chunked_prefill=sched.enable_chunked_prefill,
-            long_prefill_token_threshold=sched.long_prefill_token_threshold,
-            async_scheduling=sched.async_scheduling,
-        )
-    if isinstance(sched, SglangSchedulerConfig):
-        return (SglangScheduler if use_reference else FastSglangScheduler)(
-            kv,
-            max_running_requests=sched.max_running_requests,
-            chunked_prefill_size=None if sched.chunked_prefill_size < 0 else sched.chunked_prefill_size,
-            max_prefill_tokens=sched.max_prefill_tokens,
-            schedule_policy=sched.schedule_policy,
-            enable_mixed_chunk=sched.enable_mixed_chunk,
-            init_new_token_ratio=sched.init_new_token_ratio,
-            min_new_token_ratio=sched.min_new_token_ratio,
-            new_token_ratio_decay=sched.new_token_ratio_decay,
-            num_reserved_decode_tokens=sched.num_reserved_decode_tokens,
-            recv_interval=sched.scheduler_recv_interval,
-            max_model_len=sched.context_length,
-            overlap=sched.overlap,
-        )
-    return (TrtllmScheduler if use_reference else FastTrtllmScheduler)(
-        kv,
-        max_batch_size=sched.max_batch_size,
-        max_num_tokens=sched.max_num_tokens,
-        capacity_scheduler_policy=sched.capacity_scheduler_policy,
-        enable_chunked_context=sched.enable_chunked_context,
-        max_model_len=sched.max_seq_len,
-        overlap=sched.overlap,
-    )
-
-
 def build_roles(cfg: SimulationConfig, deployments: dict[str, Deployment], sim, on_pass_done,
                 use_reference: bool) -> dict[str, Role]:
     check_fleet_size(cfg)
+    backend = get_backend(cfg.engine.backend)
     roles = {}
     for role_name, role_cfg in cfg.engine.roles().items():
         sched = role_cfg.scheduler
@@ -168,13 +121,13 @@ def build_roles(cfg: SimulationConfig, deployments: dict[str, Deployment], sim, 
                 block_size=sched.kv_block_size,
                 enable_caching=sched.prefix_caching,
                 max_model_len=sched.context_limit,
-                watermark_blocks=int(sched.watermark * sched.num_gpu_blocks)
-                if isinstance(sched, VllmSchedulerConfig) else 0,
+                watermark_blocks=backend.kv_watermark_blocks(sched),
+                full_sequence_admission=backend.kv_full_sequence_admission,
             )
             if offload is not None:
                 kv.host = host_tier(offload, deployment, sched.kv_block_size)
             scheduler = make_scheduler(sched, kv, exact, role_cfg.speculative, cfg.seed)
-            timing = build_timing_model(cfg.engine.timing, deployment, cfg.engine.backend, role_cfg.speculative)
+            timing = build_timing_model(cfg.engine.timing, deployment, backend.name, role_cfg.speculative)
             worker = Worker(f"{role_name}-{index}", scheduler, timing, sched.overlap, sim, on_pass_done)
             worker.index = index
             worker.role = role_name

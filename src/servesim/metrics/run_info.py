@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from servesim.engine.versions import ENGINE_LABELS, ENGINE_VERSIONS
+from servesim.engine.registry import get_backend
 
 
 def engine_choice(config, pass_log: bool, token_times: bool) -> tuple[str, str]:
@@ -26,20 +26,20 @@ def timing_profile(config, gpu: str) -> str | None:
     if timing.kind != "roofline":
         return None
     if timing.profile is not None:
-        return timing.profile if "/" in timing.profile else f"{timing.profile}/{config.engine.backend}"
+        return timing.profile if "/" in timing.profile else get_backend(config.engine.backend).profile_key(timing.profile)
     from servesim.timing.roofline import fitted_profile
 
-    return fitted_profile(gpu, config.engine.backend)[1]
+    return fitted_profile(gpu, get_backend(config.engine.backend).timing_profile)[1]
 
 
 def describe(config, gpu: str, engine: tuple[str, str], model_id: str) -> dict[str, Any]:
-    backend = config.engine.backend
+    backend = get_backend(config.engine.backend)
     return {
         "model": config.model,
         "model_id": model_id,   # its Hugging Face id, when the catalogue knows one
         "gpu": gpu,
-        "backend": backend,
-        "engine_version_followed": f"{ENGINE_LABELS[backend]} {ENGINE_VERSIONS[backend]}",
+        "backend": backend.name,
+        "engine_version_followed": f"{backend.label} {backend.newest_version}",
         "roles": {name: {"count": role.count, "tp": role.tp, "ep": role.ep, "attention_dp": role.attention_dp,
                          "pp": role.pp, "gpus": role.count * role.tp * role.pp * role.attention_dp,
                          "speculative": role.speculative is not None, "kv_offload": role.kv_offload is not None}

@@ -11,18 +11,17 @@ import math
 
 import numpy as np
 
+from servesim.engine.registry import get_backend
 from servesim.metrics.records import RequestTable
 
 # More than this fraction of the requests still waiting (arrived, not yet scheduled) when
 # the last one arrives means the deployment did not keep up with the offered load.
 BACKLOG_FRACTION = 0.05
 
-# How the frontend's length limit is called in each backend's scheduler config.
-_LENGTH_LIMIT = {"vllm": "max_model_len", "sglang": "context_length", "trtllm": "max_seq_len"}
-
 
 def _limit(sched, backend: str) -> tuple[str, int]:
-    name = _LENGTH_LIMIT[backend]
+    """The frontend's length limit under the backend's own name, and its value."""
+    name = get_backend(backend).length_limit_key
     return name, int(getattr(sched, name))
 
 
@@ -31,8 +30,8 @@ def rejection_text(code: str, input_length: int, sched, backend: str) -> str:
     if code == "prompt_exceeds_max_model_len":
         name, value = _limit(sched, backend)
         return f"prompt of {input_length} tokens leaves no room for output within {name} {value}"
-    return (f"prompt of {input_length} tokens exceeds max_num_tokens {sched.max_num_tokens} "
-            "without chunked context")
+    # A reason of the engine's own (its Backend's reject_reason) is worded by the engine.
+    return get_backend(backend).rejection_text(code, input_length, sched) or "rejected by the frontend"
 
 
 def label_rejections(records: RequestTable, roles, factories, backend: str) -> dict[str, int]:
@@ -65,11 +64,9 @@ def rejection_warning(counts: dict[str, int], total: int, roles, backend: str) -
         if code == "prompt_exceeds_max_model_len":
             name, value = _limit(sched, backend)
             parts.append(f"{n:,} with a prompt that leaves no room for output within {name} ({value:,})")
-        elif code == "prompt_exceeds_token_budget":
-            parts.append(f"{n:,} with a prompt longer than the token budget max_num_tokens "
-                         f"({sched.max_num_tokens:,}) while enable_chunked_context is off")
         else:
-            parts.append(f"{n:,} for another reason")
+            words = get_backend(backend).rejection_summary(code, n, sched)
+            parts.append(words or f"{n:,} for another reason")
     rejected = sum(counts.values())
     return (f"{rejected:,} of {total:,} requests ({100 * rejected / total:.1f}%) were rejected: "
             + "; ".join(parts) + "; their reasons are in requests.csv's error column")
@@ -124,8 +121,9 @@ def profile_fallback_warning(timing, gpu: str, backend: str, profile_given: bool
         return None
     from servesim.timing.roofline import fitted_profile
 
-    _, key = fitted_profile(gpu, backend)
-    if key == f"{gpu}/{backend}":
+    engine = get_backend(backend)
+    _, key = fitted_profile(gpu, engine.timing_profile)
+    if key == engine.profile_key(gpu):
         return None
     used = "built-in default efficiencies" if key == "built-in defaults" else f"the {key!r} fit"
     return (f"no roofline fit exists for {gpu} with {backend}: step times use {used}, fitted on "

@@ -168,16 +168,21 @@ def build_result(summary: dict, records: RequestTable, config, model_id: str, pe
     return result
 
 
+# --format's values: servesim's own files, or also result.json as `vllm bench serve` writes it
+# (an output format named after vLLM's benchmark, whatever engine.backend ran).
+SERVESIM_FORMAT, VLLM_BENCH_FORMAT = "servesim", "vllm"
+
+
 def check_report_options(fmt: str, save_detailed: bool, out, metric_percentiles: str) -> tuple[float, ...]:
     """`servesim run`'s --format, --save-detailed and --metric-percentiles; the percentiles."""
     from servesim.errors import ServesimError
     from servesim.metrics.summary import parse_percentiles
 
-    if fmt not in ("servesim", "vllm"):
+    if fmt not in (SERVESIM_FORMAT, VLLM_BENCH_FORMAT):
         raise ServesimError(f"--format must be servesim or vllm, got {fmt!r}")
-    if fmt == "vllm" and out is None:
+    if fmt == VLLM_BENCH_FORMAT and out is None:
         raise ServesimError("--format vllm writes result.json into the --out folder; give --out DIR too")
-    if save_detailed and fmt != "vllm":
+    if save_detailed and fmt != VLLM_BENCH_FORMAT:
         raise ServesimError("--save-detailed adds per-request arrays to result.json; give --format vllm too")
     return parse_percentiles(metric_percentiles)
 

@@ -22,16 +22,11 @@ from typing import Any
 from pydantic import ValidationError
 
 from servesim.config import _error_sentence, load_config
+from servesim.engine.registry import BACKENDS, DEFAULT_BACKEND
 from servesim.errors import ServesimError
 from servesim.sweep.space import SweepSpace, SweepSlo, parse_space
 from servesim.yaml_io import load_yaml, read_text
 
-# The knobs under each backend's own names: running requests, tokens per pass, context.
-KNOBS = {
-    "vllm": ("max_num_seqs", "max_num_batched_tokens", "max_model_len"),
-    "sglang": ("max_running_requests", "chunked_prefill_size", "context_length"),
-    "trtllm": ("max_batch_size", "max_num_tokens", "max_seq_len"),
-}
 RUNNING_LIMITS = [64, 128, 256, 512]
 TOKEN_BUDGETS = [8192, 16384]
 PD_RATIOS = [(1, 1), (1, 2), (1, 3), (2, 1), (2, 3), (3, 2)]
@@ -137,7 +132,7 @@ def _longest_request(workload: dict) -> int:
 def _role(backend: str, tp: int, context: int, node: int | None, count: int | None = None) -> dict:
     """One role of the space; `node` is a gpus_per_node past the GPU's NVLink domain, if asked for."""
     role = {} if count is None else {"count": count}
-    role.update({"tp": tp, "scheduler": {KNOBS[backend][2]: context}})
+    role.update({"tp": tp, "scheduler": {BACKENDS[backend].length_limit_key: context}})
     if node is not None:
         role["gpus_per_node"] = node
     return role
@@ -185,7 +180,7 @@ def _layouts(tps: list[int], gpus: int, backend: str, context: int, node: int | 
     return out
 
 
-def build(model: str, gpu: str, gpus: int, workload: str, slo: str, backend: str = "vllm",
+def build(model: str, gpu: str, gpus: int, workload: str, slo: str, backend: str = DEFAULT_BACKEND,
           max_requests: int | None = 2000, gpus_per_node: int = 8) -> tuple[dict, SweepSpace, list[str]]:
     """The base config, the space, and notes on the choices made (shown to the user)."""
     from servesim.hardware import resolve_gpu
@@ -197,8 +192,10 @@ def build(model: str, gpu: str, gpus: int, workload: str, slo: str, backend: str
         raise ServesimError(f"--max-requests must be at least 1, got {max_requests}")
     if gpus_per_node < 1:
         raise ServesimError(f"--gpus-per-node must be at least 1, got {gpus_per_node}")
-    if backend not in KNOBS:
-        raise ServesimError(f"--backend must be one of {', '.join(KNOBS)}, got {backend}")
+    if backend not in BACKENDS:
+        raise ServesimError(f"--backend must be one of {', '.join(BACKENDS)}, got {backend}")
+    # The knobs under the backend's own names: running requests, tokens per pass, context.
+    knobs = BACKENDS[backend].sweep_knobs
     spec = resolve_model(model)
     gpu_spec = resolve_gpu(gpu)
     sweep_slo = parse_slo(slo)
@@ -213,7 +210,7 @@ def build(model: str, gpu: str, gpus: int, workload: str, slo: str, backend: str
     longest = _longest_request(work)
     context = next((c for c in CONTEXTS if c >= longest), spec.context_length)
     context = min(context, spec.context_length)
-    notes = [f"{KNOBS[backend][2]} {context:,} (the workload's longest request is {longest:,} tokens)"]
+    notes = [f"{knobs[2]} {context:,} (the workload's longest request is {longest:,} tokens)"]
     # Workers wider than the GPU's NVLink domain span nodes, which the role must say.
     node = gpus_per_node if gpus_per_node > gpu_spec.nvlink_domain else None
     tps, refused, unsplittable = [], [], []
@@ -237,8 +234,9 @@ def build(model: str, gpu: str, gpus: int, workload: str, slo: str, backend: str
         notes.append(f"TP {', '.join(map(str, unsplittable))} left out: {spec.name}'s {spec.arch.heads} attention "
                      f"heads (or {spec.arch.kv_heads} KV heads) do not split that many ways")
     layouts = _layouts(tps, gpus, backend, context, node)
-    running, tokens, _ = KNOBS[backend]
-    budgets = [t for t in TOKEN_BUDGETS if backend != "vllm" or t >= max(RUNNING_LIMITS)]
+    running, tokens, _ = knobs
+    # An engine whose token budget must cover its running limit (vLLM) sweeps only such budgets.
+    budgets = [t for t in TOKEN_BUDGETS if not BACKENDS[backend].budget_covers_running or t >= max(RUNNING_LIMITS)]
     from servesim.sweep.trials import workload_size
 
     total = workload_size(base)

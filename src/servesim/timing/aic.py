@@ -46,7 +46,6 @@ AIC_SYSTEMS = {
     "gb200": "gb200",
     "gb300": "gb300",
 }
-AIC_BACKENDS = ("vllm", "sglang", "trtllm")
 # servesim precision -> aiconfigurator-core GEMMQuantMode name (dense GEMMs).
 GEMM_QUANT = {"bf16": "bfloat16", "fp16": "bfloat16", "fp8": "fp8", "fp4": "nvfp4", "mxfp4": "nvfp4",
               "int4": "int4_wo"}
@@ -140,7 +139,8 @@ def _gen_attention(ops, name, count, heads, kv_heads, kv_q, **kwargs):
 
 
 class AicTimingModel(TimingModel):
-    def __init__(self, cfg, deployment, backend: str) -> None:
+    def __init__(self, cfg, deployment, engine) -> None:
+        """`engine`: the run's Backend (engine/backend.py), which names its aiconfigurator-core database."""
         try:
             import aiconfigurator_core  # noqa: F401
         except ImportError:
@@ -158,9 +158,13 @@ class AicTimingModel(TimingModel):
         if system is None:
             raise ServesimError(f"engine.timing.kind aic: aiconfigurator-core has no data for {gpu.name}; "
                                 f"it covers {', '.join(AIC_SYSTEMS)}")
-        if backend not in AIC_BACKENDS:
-            raise ServesimError(f"engine.timing.kind aic: aiconfigurator-core has no data for backend {backend}; "
-                                f"it covers {', '.join(AIC_BACKENDS)}")
+        backend = engine.aic_backend
+        if backend is None:
+            from servesim.engine.registry import BACKENDS
+
+            covered = [b.name for b in BACKENDS.values() if b.aic_backend is not None]
+            raise ServesimError(f"engine.timing.kind aic: aiconfigurator-core has no data for backend {engine.name}; "
+                                f"it covers {', '.join(covered)}")
         if arch.mla or arch.linear_layers:
             kind = "multi-head latent attention" if arch.mla else "linear-attention layers"
             raise ServesimError(f"engine.timing.kind aic prices GQA/MHA attention only and {arch.name} has {kind}; "
@@ -252,7 +256,7 @@ class AicTimingModel(TimingModel):
         # Host overheads from the fitted roofline profile of this GPU and backend.
         from servesim.timing.roofline import fitted_profile
 
-        profile, self.profile_key = fitted_profile(gpu.name, backend)
+        profile, self.profile_key = fitted_profile(gpu.name, engine.timing_profile)
         self._pass_ms = profile.pass_overhead_ms
         self._request_ms = profile.per_request_ms
 

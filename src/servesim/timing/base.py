@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from servesim.config import AicTiming, FixedTiming, PolynomialTiming, RooflineTiming, TimingConfig
+from servesim.engine.registry import DEFAULT_BACKEND, get_backend
 
 
 @dataclass(slots=True)
@@ -121,7 +122,10 @@ class PolynomialTimingModel(TimingModel):
         return np.maximum(1, np.round(ns)).astype(np.int64)
 
 
-def build_timing_model(cfg: TimingConfig, deployment=None, backend: str = "vllm", speculative=None) -> TimingModel:
+def build_timing_model(cfg: TimingConfig, deployment=None, backend: str = DEFAULT_BACKEND,
+                       speculative=None) -> TimingModel:
+    """The step-time model of `cfg`; `backend` (engine.backend) picks the fitted profiles and tables."""
+    engine = get_backend(backend)
     if isinstance(cfg, FixedTiming):
         return FixedTimingModel(cfg)
     if isinstance(cfg, PolynomialTiming):
@@ -131,12 +135,12 @@ def build_timing_model(cfg: TimingConfig, deployment=None, backend: str = "vllm"
                                               profile_with_overrides)
 
         if cfg.profile is not None:
-            profile = named_profile(cfg.profile if "/" in cfg.profile else f"{cfg.profile}/{backend}")
+            profile = named_profile(cfg.profile if "/" in cfg.profile else engine.profile_key(cfg.profile))
         else:
-            profile, _ = fitted_profile(deployment.gpu.name, backend)
+            profile, _ = fitted_profile(deployment.gpu.name, engine.timing_profile)
         return RooflineTimingModel(deployment, profile_with_overrides(profile, cfg), speculative)
     if isinstance(cfg, AicTiming):
         from servesim.timing.aic import AicTimingModel
 
-        return AicTimingModel(cfg, deployment, backend)
+        return AicTimingModel(cfg, deployment, engine)
     raise AssertionError(cfg)

@@ -84,11 +84,15 @@ class KvCache:
         enable_caching: bool,
         max_model_len: int,
         watermark_blocks: int = 0,
+        full_sequence_admission: bool = True,
     ) -> None:
         self.block_size = block_size
         self.enable_caching = enable_caching
         self.max_model_len = max_model_len
         self.watermark_blocks = watermark_blocks
+        # The backend's admission mode (engine/backend.py): vLLM admits a request only if its whole
+        # sequence fits; SGLang and TensorRT-LLM budget admission themselves, so only this pass's tokens.
+        self.full_sequence_admission = full_sequence_admission
         self.num_usable = num_gpu_blocks - 1
         # Blocks never handed out yet are not materialised: they are the ids from
         # `fresh_next` up, in id order at the back of the plain free queue. Per-block
@@ -185,13 +189,15 @@ class KvCache:
         return self.ref_cnt[block] == 0   # asked of hits only, and every hit has its key
 
     def admit(self, request: Request, hits: list[int], num_new_tokens: int, has_running: bool,
-              cache: bool = True, full_sequence: bool = True, loaded: int = 0, lookahead: int = 0) -> bool:
+              cache: bool = True, full_sequence: bool | None = None, loaded: int = 0, lookahead: int = 0) -> bool:
         block_size = self.block_size
         ref_cnt = self.ref_cnt
         evictable = sum(1 for b in hits if not ref_cnt[b])   # hits are keyed blocks
         watermark = self.watermark_blocks if has_running else 0
         full_tokens = min(request.num_tokens, self.max_model_len)
         need_full = max(ceil_div(full_tokens, block_size) - len(hits), 0) + evictable
+        if full_sequence is None:
+            full_sequence = self.full_sequence_admission
         if not full_sequence:  # a backend that budgets admission itself (SGLang, TensorRT-LLM)
             need_full = max(ceil_div(min(len(hits) * block_size + num_new_tokens, self.max_model_len),
                                      block_size) - len(hits), 0) + evictable

@@ -42,11 +42,15 @@ class ReferenceKvCache:
         enable_caching: bool,
         max_model_len: int,
         watermark_blocks: int = 0,
+        full_sequence_admission: bool = True,
     ) -> None:
         self.block_size = block_size
         self.enable_caching = enable_caching
         self.max_model_len = max_model_len
         self.watermark_blocks = watermark_blocks
+        # The backend's admission mode (engine/backend.py): vLLM admits a request only if its whole
+        # sequence fits; SGLang and TensorRT-LLM budget admission themselves, so only this pass's tokens.
+        self.full_sequence_admission = full_sequence_admission
         self.num_usable = num_gpu_blocks - 1
         # Ids from `fresh_next` up were never handed out: they sit, in id order, at the
         # back of the unkeyed free queue, and the per-block lists grow as they are taken
@@ -119,7 +123,7 @@ class ReferenceKvCache:
         return self.ref_cnt[block] == 0
 
     def admit(self, request: Request, hits: list[int], num_new_tokens: int, has_running: bool,
-              cache: bool = True, full_sequence: bool = True, loaded: int = 0, lookahead: int = 0) -> bool:
+              cache: bool = True, full_sequence: bool | None = None, loaded: int = 0, lookahead: int = 0) -> bool:
         """Allocate for a waiting request's first chunk, if its whole sequence fits.
 
         vLLM admits only if blocks for the request's *whole* current sequence are
@@ -133,6 +137,8 @@ class ReferenceKvCache:
         watermark = self.watermark_blocks if has_running else 0
         full_tokens = min(request.num_tokens, self.max_model_len)
         need_full = max(ceil_div(full_tokens, block_size) - len(hits), 0) + evictable
+        if full_sequence is None:
+            full_sequence = self.full_sequence_admission
         if not full_sequence:  # a backend that budgets admission itself (SGLang, TensorRT-LLM)
             need_full = max(ceil_div(min((len(hits) + loaded) * block_size + num_new_tokens, self.max_model_len),
                                      block_size) - len(hits), 0) + evictable

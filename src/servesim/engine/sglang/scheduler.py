@@ -188,7 +188,7 @@ class SglangScheduler(SchedulerCore):
                     take = rem_chunk // page * page
                     if take <= 0:
                         break
-                if not kv.admit(request, hits, take, has_running=False, full_sequence=False, loaded=loaded):
+                if not kv.admit(request, hits, take, has_running=False, loaded=loaded):
                     self.batch_is_full = True
                     break
                 admitted.append(request)

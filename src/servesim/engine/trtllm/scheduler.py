@@ -113,7 +113,7 @@ class TrtllmScheduler(SchedulerCore):
             chunk = self._chunk(request.num_tokens - hit_tokens, budget, block)
             if chunk <= 0:
                 break
-            if not kv.admit(request, hits, chunk, has_running=bool(self.running), full_sequence=False):
+            if not kv.admit(request, hits, chunk, has_running=bool(self.running)):
                 break
             self.waiting.popleft()
             self._start_running(request, out, chunk, hit_tokens)
