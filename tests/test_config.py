@@ -233,3 +233,42 @@ def test_sglang_recv_interval_is_a_positive_integer(value):
     assert "scheduler_recv_interval" in message
     run = resolve(_load(engine__backend="sglang", engine__workers__aggregated__scheduler={"scheduler_recv_interval": 30}))
     assert run.config.engine.workers.aggregated.scheduler.scheduler_recv_interval == 30
+
+
+# --------------------------------------------------------------------------- engine.version
+
+
+@pytest.mark.parametrize("backend,newest", [("vllm", "0.32.0"), ("sglang", "0.5.9"), ("trtllm", "1.2.0rc2")])
+def test_engine_version_defaults_to_the_newest_the_backend_models(backend, newest):
+    run = resolve(_load(engine__backend=backend))
+    assert run.config.engine.version == newest
+    assert resolve(_load(engine__backend=backend, engine__version=newest)).config.engine.version == newest
+
+
+def test_an_unmodelled_engine_version_lists_the_modelled_ones():
+    message = _error(engine__version="0.31.0")
+    assert message == ("config: engine.version 0.31.0 is not a vLLM version servesim models; it models 0.32.0 "
+                       "(leave engine.version unset for the newest)")
+    assert "SGLang version servesim models; it models 0.5.9" in _error(engine__backend="sglang",
+                                                                         engine__version="0.32.0")
+
+
+def test_engine_version_is_in_the_resolved_config_and_the_summary(tmp_path):
+    import servesim
+    from servesim.config import config_to_yaml
+
+    result = servesim.simulate(copy.deepcopy(BASE))
+    assert "version: 0.32.0" in config_to_yaml(result.config)
+    assert result.summary["simulated"]["engine_version"] == "0.32.0"
+    assert result.summary["simulated"]["engine_version_followed"] == "vLLM 0.32.0"
+    # The resolved config runs again.
+    path = tmp_path / "config.resolved.yaml"
+    path.write_text(config_to_yaml(result.config))
+    assert servesim.simulate(path).summary["simulated"]["engine_version"] == "0.32.0"
+
+
+def test_a_backend_switch_drops_the_files_engine_version():
+    config = dict(copy.deepcopy(BASE), engine={"version": "0.32.0"})
+    assert load_config(config, [("engine.backend", "sglang")]).config.engine.version is None
+    kept = load_config(config, [("engine.backend", "sglang"), ("engine.version", "0.5.9")])
+    assert kept.config.engine.version == "0.5.9"

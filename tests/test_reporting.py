@@ -272,7 +272,7 @@ def test_simulated_block(tmp_path, run):
     fast = _simulate(tmp_path, rows).summary["simulated"]
     assert fast == {
         "model": "llama-3.1-8b", "model_id": fast["model_id"], "gpu": "h100-sxm", "backend": "vllm",
-        "engine_version_followed": "vLLM 0.32.0",
+        "engine_version": "0.32.0", "engine_version_followed": "vLLM 0.32.0",
         "roles": {"aggregated": {"count": 1, "tp": 1, "ep": 1, "attention_dp": 1, "pp": 1, "gpus": 1,
                                  "speculative": False, "kv_offload": False}},
         "timing": {"kind": "fixed", "pass_ms": 10.0, "profile_used": None},

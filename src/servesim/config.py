@@ -207,6 +207,8 @@ class RouterConfig(StrictModel):
 
 class EngineConfig(StrictModel):
     backend: BackendName = DEFAULT_BACKEND
+    # The upstream version of the backend to follow; null: the newest it models (engine/registry.py).
+    version: str | None = None
     tokenization_ms: NonNegativeFloat = 0.0
     timing: TimingConfig = Field(default_factory=lambda: RooflineTiming(kind="roofline"))
     workers: WorkersConfig = Field(default_factory=WorkersConfig)
@@ -520,6 +522,11 @@ def _validate_schedulers(config: SimulationConfig, raw: dict[str, Any],
     """
     backend = get_backend(config.engine.backend)
     schema = backend.schema
+    version = config.engine.version
+    if version is not None and version not in backend.versions:
+        modelled = ", ".join(backend.versions)
+        raise ServesimError(f"{source_of('engine.version')}: engine.version {version} is not a {backend.label} version "
+                            f"servesim models; it models {modelled} (leave engine.version unset for the newest)")
     for role, role_cfg in config.engine.roles().items():
         where = f"engine.workers.{role}.scheduler"
         data = raw.get(role, {})

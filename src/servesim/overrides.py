@@ -114,6 +114,9 @@ def apply_overrides(data: dict, overrides: list[Override], source: str) -> Overr
         from servesim.backend_switch import carry_schedulers
 
         carry_schedulers(data, file_backend, new_backend, log, source)
+        if not log.covers("engine.version"):
+            # A version is one engine's: the file's (a resolved config has one) does not carry over.
+            data["engine"].pop("version", None)
     return log
 
 

@@ -33,6 +33,7 @@ def resolve(loaded: LoadedConfig) -> ResolvedRun:
     config.model = model.name if not model.name.endswith(".json") else str(Path(model.name).resolve())
     config.gpu = gpu.name
     backend = get_backend(config.engine.backend)
+    config.engine.version = config.engine.version or backend.newest_version
     native = model.arch.native_dtype if model.arch.native_dtype in ("bf16", "fp8") else "bf16"
     config.precision = config.precision or native
     if config.kv_cache_dtype == "auto":

@@ -39,7 +39,8 @@ def describe(config, gpu: str, engine: tuple[str, str], model_id: str) -> dict[s
         "model_id": model_id,   # its Hugging Face id, when the catalogue knows one
         "gpu": gpu,
         "backend": backend.name,
-        "engine_version_followed": f"{backend.label} {backend.newest_version}",
+        "engine_version": config.engine.version,   # engine.version, resolved
+        "engine_version_followed": f"{backend.label} {config.engine.version}",
         "roles": {name: {"count": role.count, "tp": role.tp, "ep": role.ep, "attention_dp": role.attention_dp,
                          "pp": role.pp, "gpus": role.count * role.tp * role.pp * role.attention_dp,
                          "speculative": role.speculative is not None, "kv_offload": role.kv_offload is not None}
