@@ -218,7 +218,7 @@ def test_errors_in_a_users_file_name_it(tmp_path):
 def test_the_embedded_default_is_named_as_such(tmp_path, monkeypatch):
     bad = tmp_path / "default.yaml"
     bad.write_text("workload: {synthetic: {num_requests: 1, input_length: 8, output_length: 2}}\nbogus: 1\n")
-    monkeypatch.setattr(config_module, "default_config_path", lambda: bad)
+    monkeypatch.setattr(config_module.loading, "default_config_path", lambda: bad)
     assert _error(None).startswith("the embedded default config: unknown key bogus")
 
 

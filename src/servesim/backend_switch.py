@@ -22,7 +22,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from servesim.config import _error_sentence
+from servesim.config import error_sentence
 from servesim.engine.registry import BACKENDS
 from servesim.errors import ServesimError
 
@@ -72,7 +72,7 @@ def _read(old: str, written: dict, where: str, source: str) -> tuple[dict, dict,
     try:
         model = schema.model_validate(written)
     except ValidationError as err:
-        raise ServesimError(_error_sentence(err, written, source, prefix=where)) from None
+        raise ServesimError(error_sentence(err, written, source, prefix=where)) from None
     concepts: dict[str, Any] = {}
     origin: dict[str, str] = {}
     refused: list[str] = []

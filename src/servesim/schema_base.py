@@ -1,7 +1,7 @@
 """The strict base model and constrained types every config schema shares.
 
-Apart from config.py so that each engine package can define its scheduler schema
-(engine/<backend>/config.py) without importing the config module that lists them.
+Apart from the config package so that each engine package can define its scheduler schema
+(engine/<backend>/config.py) without importing the config package that reads them.
 """
 
 from __future__ import annotations

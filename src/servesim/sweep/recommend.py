@@ -21,7 +21,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from servesim.config import _error_sentence, load_config
+from servesim.config import error_sentence, load_config
 from servesim.engine.registry import BACKENDS, DEFAULT_BACKEND
 from servesim.errors import ServesimError
 from servesim.sweep.space import SweepSpace, SweepSlo, parse_space
@@ -45,7 +45,7 @@ def parse_slo(text: str) -> SweepSlo:
     try:
         parsed = SweepSlo.model_validate(data)
     except ValidationError as err:
-        raise ServesimError(_error_sentence(err, data, "--slo")) from None
+        raise ServesimError(error_sentence(err, data, "--slo")) from None
     if parsed.ttft_ms is None and parsed.tpot_ms is None and parsed.e2e_ms is None:
         raise ServesimError("--slo: give at least one of ttft_ms, tpot_ms, e2e_ms")
     return parsed

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from servesim.config import SloConfig, _error_sentence, read_config_file
+from servesim.config import SloConfig, error_sentence, read_config_file
 from servesim.errors import ServesimError
 from servesim.sweep.objective import Judge
 from servesim.sweep.space import SweepSpace
@@ -91,7 +91,7 @@ def _base_slo(base: dict) -> SloConfig:
     try:
         return SloConfig.model_validate(raw)
     except ValidationError as err:
-        raise ServesimError(_error_sentence(err, raw, "config", prefix="slo")) from None
+        raise ServesimError(error_sentence(err, raw, "config", prefix="slo")) from None
 
 
 def _run_rungs(result: SweepResult, executor, progress: ProgressFn | None) -> None:

@@ -22,7 +22,7 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from servesim.config import StrictModel, _error_sentence
+from servesim.config import StrictModel, error_sentence
 from servesim.yaml_io import load_yaml, read_text
 from servesim.errors import ServesimError
 
@@ -227,7 +227,7 @@ def parse_space(data: Any, source: str = "space") -> SweepSpace:
     try:
         return SweepSpace.model_validate(data)
     except ValidationError as err:
-        raise ServesimError(_error_sentence(err, data, source)) from None
+        raise ServesimError(error_sentence(err, data, source)) from None
 
 
 def load_space(path: Path) -> SweepSpace:

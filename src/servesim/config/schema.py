@@ -1,32 +1,19 @@
 """The configuration schema: what a user may write, validated strictly.
 
 Every model forbids unknown keys and coerces nothing (`strict=True`): `1` is not
-a boolean, `"5"` is not a number. `load_config` turns a file, dict or model
-into a validated `SimulationConfig`; `resolve_config` fills every `null` that
-stands for an engine default, so the resolved config says exactly what ran.
-Field meanings, units and defaults are documented in docs/config.md.
+a boolean, `"5"` is not a number. Field meanings, units and defaults are
+documented in docs/config.md. Each engine's scheduler schema lives in its package
+(engine/<backend>/config.py) and is reached through engine/registry.py.
 """
 
 from __future__ import annotations
 
-import copy
-import hashlib
-import json
-from pathlib import Path
-from collections.abc import Callable
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Literal, Union
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, model_validator
 
-from servesim.engine.registry import BACKENDS, DEFAULT_BACKEND, get_backend
-# Each engine's scheduler schema lives in its package; re-exported for code that imports them from here.
-from servesim.engine.sglang.config import SglangSchedulerConfig  # noqa: F401
-from servesim.engine.trtllm.config import TrtllmSchedulerConfig  # noqa: F401
-from servesim.engine.vllm.config import VllmSchedulerConfig  # noqa: F401
-from servesim.errors import ServesimError
-from servesim.yaml_io import dump_yaml, load_yaml, read_text
-
-from servesim.schema_base import (  # noqa: F401  (re-exported: the config's public names)
+from servesim.engine.registry import BACKENDS, DEFAULT_BACKEND
+from servesim.schema_base import (
     NonNegativeFloat,
     NonNegativeInt,
     PositiveFloat,
@@ -99,19 +86,6 @@ TimingConfig = Annotated[Union[FixedTiming, PolynomialTiming, RooflineTiming, Ai
 # engine.backend's values and every role's scheduler type, in the registry's order.
 BackendName = Literal[tuple(BACKENDS)]
 SchedulerConfig = Union[tuple(backend.schema for backend in BACKENDS.values())]
-
-
-def _counterpart(key: str, backend: str) -> str | None:
-    """`backend`'s name for the setting some engine calls `key` (None: it has none)."""
-    from servesim.engine.backend import COUNTERPART_CONCEPTS
-
-    for concept in COUNTERPART_CONCEPTS:
-        names = [b.counterparts[concept] for b in BACKENDS.values() if concept in b.counterparts]
-        if any(name.lstrip("!") == key for name in names):
-            twin = get_backend(backend).counterpart_of(concept)
-            if twin is not None:
-                return twin
-    return None
 
 
 # --------------------------------------------------------------------------- workers
@@ -363,249 +337,3 @@ class SimulationConfig(StrictModel):
     router: RouterConfig = Field(default_factory=RouterConfig)
     workload: WorkloadConfig
     slo: SloConfig = Field(default_factory=SloConfig)
-
-
-# --------------------------------------------------------------------------- loading
-
-
-def _format_location(loc: tuple, data: Any) -> str:
-    """Dotted path of a validation error, without pydantic's union-tag steps."""
-    parts: list[str] = []
-    node = data
-    for step in loc:
-        if isinstance(node, dict) and step in node:
-            parts.append(str(step))
-            node = node[step]
-        elif isinstance(node, list) and isinstance(step, int) and step < len(node):
-            parts.append(f"[{step}]")
-            node = node[step]
-        elif isinstance(node, dict) and isinstance(step, str) and step in (
-            node.get("kind"), node.get("mode"), node.get("method"),
-        ):
-            continue  # the tag pydantic inserts for a discriminated union
-        elif isinstance(step, str) and (
-            step[:1].isupper() or any(c in step for c in "[-,") or step in _UNION_MEMBER_WORDS
-        ):
-            continue  # a union member's name, e.g. "constrained-int" or "LengthRange"
-        else:
-            parts.append(str(step))
-            node = None
-    return ".".join(parts).replace(".[", "[")
-
-
-_UNION_MEMBER_WORDS = {"int", "float", "bool", "str", "none", "list", "dict"}
-_TYPE_WORDS = {
-    "bool_type": "true or false",
-    "int_type": "an integer",
-    "float_type": "a number",
-    "string_type": "a string",
-    "dict_type": "a mapping",
-    "list_type": "a list",
-    "model_type": "a mapping",
-}
-
-
-def _describe(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str):
-        return f'"{value}" (a string)'
-    if isinstance(value, dict):
-        return "a mapping"
-    if isinstance(value, list):
-        return "a list"
-    return repr(value)
-
-
-def _error_sentence(err: ValidationError, data: Any, source: str, prefix: str = "",
-                    blame: Callable[[str], str | None] | None = None) -> str:
-    """One sentence for a validation error; `blame(where)` may name the --set behind it instead of `source`."""
-    errors = err.errors(include_url=False)
-    # A union reports one complaint per member; a type mismatch usually means the wrong
-    # member, so prefer the deepest error that is not one.
-    # At equal depth an unknown key goes first: a misspelt key also makes the intended one "missing".
-    first = max(errors, key=lambda e: (len(e["loc"]), not e["type"].endswith("_type"),
-                                       e["type"] == "extra_forbidden")) if errors else None
-    if first is None:
-        return f"{source}: invalid configuration"
-    where = ".".join(p for p in (prefix, _format_location(first["loc"], data)) if p)
-    source = (blame(where) if blame is not None else None) or source
-    kind = first["type"]
-    if kind == "extra_forbidden":
-        from servesim.config_hints import did_you_mean
-
-        what = f"unknown key {where}" + did_you_mean(StrictModel, err.title, tuple(first["loc"]))
-    elif kind in _TYPE_WORDS:
-        what = f"{where} must be {_TYPE_WORDS[kind]}, got {_describe(first.get('input'))}"
-    elif kind == "missing":
-        what = f"{where} is required"
-    elif kind == "union_tag_invalid":
-        ctx = first.get("ctx", {})
-        what = f"{where}: {ctx.get('discriminator', 'tag')} must be one of {ctx.get('expected_tags')}"
-    elif kind == "value_error":
-        msg = str(first.get("ctx", {}).get("error", first["msg"]))
-        what = f"{where}: {msg}" if where else msg
-    else:
-        msg = first["msg"]
-        msg = msg[0].lower() + msg[1:] if msg else msg
-        what = f"{where}: {msg}, got {_describe(first.get('input'))}" if where else msg
-    extra = len({tuple(e["loc"][:1]) for e in errors}) - 1
-    more = f" (and {extra} more)" if extra > 0 else ""
-    return f"{source}: {what}{more}"
-
-
-def set_dotted(data: dict, dotted: str, value: Any) -> None:
-    """Set `a.b.c` in nested dicts, creating the intermediate mappings."""
-    keys = dotted.split(".")
-    if not all(keys):
-        raise ServesimError(f"--set {dotted!r}: the key must be a dotted path like engine.timing.kind")
-    node = data
-    for key in keys[:-1]:
-        child = node.get(key)
-        if child is None:
-            child = node[key] = {}
-        elif not isinstance(child, dict):
-            raise ServesimError(f"override {dotted}: {key} is {_describe(child)}, not a mapping")
-        node = child
-    node[keys[-1]] = value
-
-
-def parse_override(text: str) -> tuple[str, Any]:
-    """`key.path=YAML` → (path, parsed value)."""
-    if "=" not in text:
-        raise ServesimError(f"--set {text!r}: expected dotted.key=VALUE")
-    key, raw = text.split("=", 1)
-    return key.strip(), load_yaml(raw, f"--set {key.strip()}")
-
-
-class LoadedConfig:
-    """A validated config plus where relative paths in it are anchored."""
-
-    def __init__(self, config: SimulationConfig, base_dir: Path, source: str, overrides=None):
-        self.config = config
-        self.base_dir = base_dir
-        self.source = source
-        self.overrides = overrides   # servesim.overrides.OverrideLog: which override set what
-
-    def source_of(self, where: str) -> str:
-        """What an error about dotted field `where` should name: the override that set it, else the file."""
-        return (self.overrides.blame(where) if self.overrides is not None else None) or self.source
-
-    def trace_path(self) -> Path | None:
-        trace = self.config.workload.trace
-        if trace is None:
-            return None
-        path = Path(trace).expanduser()
-        return path if path.is_absolute() else (self.base_dir / path)
-
-
-def default_config_path() -> Path:
-    from importlib import resources
-
-    return Path(str(resources.files("servesim").joinpath("data", "default.yaml")))
-
-
-def read_config_file(path: Path) -> dict:
-    data = load_yaml(read_text(path, "config file"), str(path))
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        raise ServesimError(f"{path}: the config must be a mapping of keys to values")
-    return data
-
-
-def _validate_schedulers(config: SimulationConfig, raw: dict[str, Any],
-                         source_of: Callable[[str], str]) -> None:
-    """Validate each role's `scheduler` mapping against the schema of engine.backend.
-
-    `source_of(dotted key)` names what set that key: the file, or a --set.
-    """
-    backend = get_backend(config.engine.backend)
-    schema = backend.schema
-    version = config.engine.version
-    if version is not None and version not in backend.versions:
-        modelled = ", ".join(backend.versions)
-        raise ServesimError(f"{source_of('engine.version')}: engine.version {version} is not a {backend.label} version "
-                            f"servesim models; it models {modelled} (leave engine.version unset for the newest)")
-    for role, role_cfg in config.engine.roles().items():
-        where = f"engine.workers.{role}.scheduler"
-        data = raw.get(role, {})
-        if data is None:
-            data = {}
-        if not isinstance(data, dict):
-            raise ServesimError(f"{source_of(where)}: {where} must be a mapping, got {_describe(data)}")
-        for key in data:
-            owners = [b for b in BACKENDS.values() if key in b.schema.model_fields]
-            if key not in schema.model_fields and owners:
-                twin = _counterpart(key, backend.name)
-                hint = f"; {backend.label}'s counterpart is {twin}" if twin else ""
-                raise ServesimError(
-                    f"{source_of(f'{where}.{key}')}: {where}.{key} is a {owners[0].label} setting, "
-                    f"not valid with engine.backend {backend.name}{hint}"
-                )
-        try:
-            role_cfg.scheduler = schema.model_validate(data)
-        except ValidationError as err:
-            raise ServesimError(_error_sentence(err, data, source_of(where), prefix=where,
-                                                blame=source_of)) from None
-        backend.check_role(role_cfg, where, source_of)
-        where_role = where.rsplit(".", 1)[0]
-        if role_cfg.kv_offload is not None:
-            if not backend.kv_offload:
-                modelled = " and ".join(b.name for b in BACKENDS.values() if b.kv_offload)
-                raise ServesimError(f"{source_of(where_role + '.kv_offload')}: {where_role}.kv_offload is "
-                                    f"modelled for {modelled}, not {backend.name}")
-            if not role_cfg.scheduler.prefix_caching:
-                raise ServesimError(f"{source_of(where_role + '.kv_offload')}: {where_role}.kv_offload needs "
-                                    f"the prefix cache, which {where} turns off")
-
-
-def load_config(
-    config: SimulationConfig | dict | str | Path | None = None,
-    overrides: list[tuple[str, Any]] | None = None,
-) -> LoadedConfig:
-    """Validate a config given as a model, a dict, or a YAML path (None = the embedded default)."""
-    if isinstance(config, SimulationConfig):
-        data, base_dir, source = config.model_dump(mode="python"), Path.cwd(), "config"
-    elif isinstance(config, dict):
-        data, base_dir, source = copy.deepcopy(config), Path.cwd(), "config"
-    else:
-        path = default_config_path() if config is None else Path(config)
-        data, base_dir = read_config_file(path), path.resolve().parent
-        source = EMBEDDED_DEFAULT if config is None else str(path)
-    # Overrides as the user means them (servesim/overrides.py): a new tag or backend drops or
-    # carries over the old variant's keys, a new trace has its format inferred.
-    from servesim.overrides import apply_overrides
-
-    log = apply_overrides(data, overrides or [], source)
-    schedulers = _pop_schedulers(data)
-    try:
-        model = SimulationConfig.model_validate(data)
-    except ValidationError as err:
-        raise ServesimError(_error_sentence(err, data, source, blame=log.blame)) from None
-    _validate_schedulers(model, schedulers, lambda where: log.blame(where) or source)
-    return LoadedConfig(model, base_dir, source, log)
-
-
-# How errors in the packaged default.yaml (reached only through overrides) name their source.
-EMBEDDED_DEFAULT = "the embedded default config"
-
-
-def _pop_schedulers(data: dict) -> dict[str, Any]:
-    """Take each role's raw `scheduler` out of `data` (validated separately, by backend)."""
-    workers = (data.get("engine") or {}).get("workers") if isinstance(data.get("engine"), dict) else None
-    taken: dict[str, Any] = {}
-    if isinstance(workers, dict):
-        for role, role_cfg in workers.items():
-            if isinstance(role_cfg, dict) and "scheduler" in role_cfg:
-                taken[role] = role_cfg.pop("scheduler")
-    return taken
-
-
-def config_hash(config: SimulationConfig) -> str:
-    blob = json.dumps(config.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
-
-
-def config_to_yaml(config: SimulationConfig) -> str:
-    return dump_yaml(config.model_dump(mode="json"))

@@ -1,0 +1,65 @@
+"""The configuration: its schema (schema.py), its errors (errors.py) and loading (loading.py).
+
+`load_config` turns a file, dict or model into a validated `SimulationConfig`;
+`servesim.resolve.resolve` fills every `null` that stands for an engine default, so
+the resolved config says exactly what ran. Field meanings, units and defaults are
+documented in docs/config.md. Every name code imports from `servesim.config` is
+re-exported here.
+"""
+
+from servesim.config.errors import error_sentence
+from servesim.config.loading import (
+    EMBEDDED_DEFAULT,
+    LoadedConfig,
+    config_hash,
+    config_to_yaml,
+    default_config_path,
+    load_config,
+    parse_override,
+    read_config_file,
+    set_dotted,
+)
+from servesim.config.schema import (
+    AicTiming,
+    BackendName,
+    BenchClient,
+    ClientConfig,
+    ClosedLoopClient,
+    EngineConfig,
+    FixedTiming,
+    KvOffloadConfig,
+    KvTransferConfig,
+    Length,
+    LengthRange,
+    OpenLoopClient,
+    PoissonClient,
+    PolynomialTiming,
+    Rate,
+    RoleConfig,
+    RooflineTiming,
+    RouterConfig,
+    SchedulerConfig,
+    SimulationConfig,
+    SloConfig,
+    SpeculativeConfig,
+    SyntheticConfig,
+    TimingConfig,
+    TRACE_FORMATS,
+    WorkersConfig,
+    WorkloadConfig,
+)
+from servesim.engine.sglang.config import SglangSchedulerConfig
+from servesim.engine.trtllm.config import TrtllmSchedulerConfig
+from servesim.engine.vllm.config import VllmSchedulerConfig
+from servesim.schema_base import (
+    NonNegativeFloat,
+    NonNegativeInt,
+    PositiveFloat,
+    PositiveInt,
+    Probability,
+    StrictModel,
+)
+
+_error_sentence = error_sentence   # its name before it was public
+
+__all__ = [name for name in dir() if not name.startswith("__")]

@@ -1,0 +1,96 @@
+"""Validation errors as one sentence: where (a dotted key), what is wrong, and who set it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from pydantic import ValidationError
+
+from servesim.schema_base import StrictModel
+
+
+def _format_location(loc: tuple, data: Any) -> str:
+    """Dotted path of a validation error, without pydantic's union-tag steps."""
+    parts: list[str] = []
+    node = data
+    for step in loc:
+        if isinstance(node, dict) and step in node:
+            parts.append(str(step))
+            node = node[step]
+        elif isinstance(node, list) and isinstance(step, int) and step < len(node):
+            parts.append(f"[{step}]")
+            node = node[step]
+        elif isinstance(node, dict) and isinstance(step, str) and step in (
+            node.get("kind"), node.get("mode"), node.get("method"),
+        ):
+            continue  # the tag pydantic inserts for a discriminated union
+        elif isinstance(step, str) and (
+            step[:1].isupper() or any(c in step for c in "[-,") or step in _UNION_MEMBER_WORDS
+        ):
+            continue  # a union member's name, e.g. "constrained-int" or "LengthRange"
+        else:
+            parts.append(str(step))
+            node = None
+    return ".".join(parts).replace(".[", "[")
+
+
+_UNION_MEMBER_WORDS = {"int", "float", "bool", "str", "none", "list", "dict"}
+_TYPE_WORDS = {
+    "bool_type": "true or false",
+    "int_type": "an integer",
+    "float_type": "a number",
+    "string_type": "a string",
+    "dict_type": "a mapping",
+    "list_type": "a list",
+    "model_type": "a mapping",
+}
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return f'"{value}" (a string)'
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    return repr(value)
+
+
+def error_sentence(err: ValidationError, data: Any, source: str, prefix: str = "",
+                    blame: Callable[[str], str | None] | None = None) -> str:
+    """One sentence for a validation error; `blame(where)` may name the --set behind it instead of `source`."""
+    errors = err.errors(include_url=False)
+    # A union reports one complaint per member; a type mismatch usually means the wrong
+    # member, so prefer the deepest error that is not one.
+    # At equal depth an unknown key goes first: a misspelt key also makes the intended one "missing".
+    first = max(errors, key=lambda e: (len(e["loc"]), not e["type"].endswith("_type"),
+                                       e["type"] == "extra_forbidden")) if errors else None
+    if first is None:
+        return f"{source}: invalid configuration"
+    where = ".".join(p for p in (prefix, _format_location(first["loc"], data)) if p)
+    source = (blame(where) if blame is not None else None) or source
+    kind = first["type"]
+    if kind == "extra_forbidden":
+        from servesim.config_hints import did_you_mean
+
+        what = f"unknown key {where}" + did_you_mean(StrictModel, err.title, tuple(first["loc"]))
+    elif kind in _TYPE_WORDS:
+        what = f"{where} must be {_TYPE_WORDS[kind]}, got {_describe(first.get('input'))}"
+    elif kind == "missing":
+        what = f"{where} is required"
+    elif kind == "union_tag_invalid":
+        ctx = first.get("ctx", {})
+        what = f"{where}: {ctx.get('discriminator', 'tag')} must be one of {ctx.get('expected_tags')}"
+    elif kind == "value_error":
+        msg = str(first.get("ctx", {}).get("error", first["msg"]))
+        what = f"{where}: {msg}" if where else msg
+    else:
+        msg = first["msg"]
+        msg = msg[0].lower() + msg[1:] if msg else msg
+        what = f"{where}: {msg}, got {_describe(first.get('input'))}" if where else msg
+    extra = len({tuple(e["loc"][:1]) for e in errors}) - 1
+    more = f" (and {extra} more)" if extra > 0 else ""
+    return f"{source}: {what}{more}"
