@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from servesim.config import SimulationConfig, StrictModel, VllmSchedulerConfig, load_config
-from servesim.config_hints import did_you_mean, keys_at
+from servesim.config.hints import did_you_mean, keys_at
 from servesim.errors import ServesimError
 
 

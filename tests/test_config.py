@@ -6,7 +6,7 @@ import pytest
 
 from servesim.config import load_config, set_dotted
 from servesim.errors import ServesimError
-from servesim.resolve import resolve
+from servesim.config.resolution import resolve
 
 BASE = {"workload": {"synthetic": {"num_requests": 4, "input_length": 8, "output_length": 2}}}
 SCHED = "engine.workers.aggregated.scheduler"

@@ -15,7 +15,7 @@ from servesim import config as config_module
 from servesim.cli_shorthands import expand_goodput, random_lengths, shorthand_overrides
 from servesim.config import load_config
 from servesim.errors import ServesimError
-from servesim.resolve import resolve
+from servesim.config.resolution import resolve
 
 SCHED = "engine.workers.aggregated.scheduler"
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "traces"

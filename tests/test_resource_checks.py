@@ -21,7 +21,7 @@ import pytest
 from servesim.cluster.fleet import MAX_FLEET_GPUS
 from servesim.config import load_config
 from servesim.errors import ServesimError
-from servesim.resolve import resolve
+from servesim.config.resolution import resolve
 from servesim.sweep.recommend import build, parse_workload
 
 ROLE = "engine.workers.aggregated"
@@ -84,7 +84,7 @@ def test_pinned_blocks_count_per_attention_dp_rank():
 
 
 def test_sglang_pinned_pool_above_the_profiled_one_is_refused():
-    # mem_fraction_static = round((81,100.8 − 13,440 reserved MB) / 81,100.8, 3) = 0.834 (resolve.py);
+    # mem_fraction_static = round((81,100.8 − 13,440 reserved MB) / 81,100.8, 3) = 0.834 (engine/sglang/defaults.py);
     # 79.2 × 0.834 − 14.957 = 51.0958 GiB × 8,192 = 418,576 tokens, which SGLang caps a larger pin to.
     cfg = backend_config("sglang", scheduler={"max_total_tokens": 418576})
     assert resolve(load_config(cfg)).config.engine.workers.aggregated.scheduler.max_total_tokens == 418576

@@ -44,7 +44,7 @@ def check_simulate_arguments(config: Any, trace: Any, seed: Any, overrides: Any,
 
 def _overrides(overrides: Any) -> list[tuple[str, Any, str]]:
     """(dotted.key, value) pairs, or a mapping {dotted.key: value}, each labelled for errors
-    (`overrides[0] seed`: servesim/overrides.py names the override behind an error by it)."""
+    (`overrides[0] seed`: servesim/config/overrides.py names the override behind an error by it)."""
     if overrides is None:
         return []
     if isinstance(overrides, Mapping):

@@ -21,7 +21,7 @@ from servesim.metrics.records import RequestTable
 from servesim.metrics.run_info import engine_choice
 from servesim.metrics.run_report import report_run
 from servesim.metrics.summary import DEFAULT_PERCENTILES, check_percentiles, summarize
-from servesim.resolve import ResolvedRun, resolve
+from servesim.config.resolution import ResolvedRun, resolve
 from servesim.workload.clients import make_client
 from servesim.workload.prompt import PrefixInterner
 from servesim.workload.synthetic import content_block_size, generate, synthetic_count

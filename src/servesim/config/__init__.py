@@ -1,8 +1,10 @@
-"""The configuration: its schema (schema.py), its errors (errors.py) and loading (loading.py).
+"""The configuration, from what a user writes to what runs.
 
-`load_config` turns a file, dict or model into a validated `SimulationConfig`;
-`servesim.resolve.resolve` fills every `null` that stands for an engine default, so
-the resolved config says exactly what ran. Field meanings, units and defaults are
+schema.py (the strict models), errors.py (one sentence per validation error), hints.py
+('did you mean'), loading.py (`load_config`: a file, dict or model into a validated
+`SimulationConfig`), overrides.py and backend_switch.py (`--set` as a user means it), and
+resolution.py (`resolve`: every `null` that stands for an engine default filled, so the
+resolved config says exactly what ran; imported apart, as it builds on cluster/). Field meanings, units and defaults are
 documented in docs/config.md. Every name code imports from `servesim.config` is
 re-exported here.
 """

@@ -74,7 +74,7 @@ def error_sentence(err: ValidationError, data: Any, source: str, prefix: str = "
     source = (blame(where) if blame is not None else None) or source
     kind = first["type"]
     if kind == "extra_forbidden":
-        from servesim.config_hints import did_you_mean
+        from servesim.config.hints import did_you_mean
 
         what = f"unknown key {where}" + did_you_mean(StrictModel, err.title, tuple(first["loc"]))
     elif kind in _TYPE_WORDS:

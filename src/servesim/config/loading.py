@@ -67,7 +67,7 @@ class LoadedConfig:
         self.config = config
         self.base_dir = base_dir
         self.source = source
-        self.overrides = overrides   # servesim.overrides.OverrideLog: which override set what
+        self.overrides = overrides   # servesim.config.overrides.OverrideLog: which override set what
 
     def source_of(self, where: str) -> str:
         """What an error about dotted field `where` should name: the override that set it, else the file."""
@@ -155,9 +155,9 @@ def load_config(
         path = default_config_path() if config is None else Path(config)
         data, base_dir = read_config_file(path), path.resolve().parent
         source = EMBEDDED_DEFAULT if config is None else str(path)
-    # Overrides as the user means them (servesim/overrides.py): a new tag or backend drops or
+    # Overrides as the user means them (servesim/config/overrides.py): a new tag or backend drops or
     # carries over the old variant's keys, a new trace has its format inferred.
-    from servesim.overrides import apply_overrides
+    from servesim.config.overrides import apply_overrides
 
     log = apply_overrides(data, overrides or [], source)
     schedulers = _pop_schedulers(data)

@@ -47,7 +47,7 @@ class SchedulerSettings(Protocol):
 
 
 # (value, the old engine's validated scheduler) → {concept: value}: how a key reads when
-# engine.backend switches away from its engine (servesim/backend_switch.py).
+# engine.backend switches away from its engine (servesim/config/backend_switch.py).
 CarryReader = Callable[[Any, Any], dict[str, Any]]
 
 
@@ -89,7 +89,7 @@ class Backend:
     schema: type                       # engine.workers.*.scheduler's pydantic model (a SchedulerSettings)
     # COUNTERPART_CONCEPTS → this engine's key for it; a leading "!" marks an inverted boolean.
     counterparts: dict[str, str]
-    # engine.backend switches (backend_switch.py): this engine's keys read as concepts, and
+    # engine.backend switches (config/backend_switch.py): this engine's keys read as concepts, and
     # concepts written back as (key, conversion); `carry_write_extra(concepts, origin, kept, out)`
     # adds what a plain rename cannot say and returns the old keys it could not carry.
     carry_reads: dict[str, CarryReader]

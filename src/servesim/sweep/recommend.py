@@ -151,7 +151,7 @@ def _layout_error(spec, gpu_spec, tp: int, node: int) -> str | None:
 
 def _fits(base: dict, backend: str, tp: int, context: int, node: int | None = None) -> str | None:
     """None when one worker at this TP holds the model and a `context`-token request; else why not."""
-    from servesim.resolve import resolve
+    from servesim.config.resolution import resolve
 
     probe = dict(base, engine=dict(base["engine"], workers={"aggregated": _role(backend, tp, context, node)}))
     try:

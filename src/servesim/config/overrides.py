@@ -6,7 +6,7 @@ change also touch the fields around it, which would otherwise be left over from 
 - a new tag (`workload.client.mode`, `engine.timing.kind`) drops the file's fields that
   belong only to the old variant (`time_scale` when open_loop becomes poisson);
 - a new `engine.backend` carries each role's scheduler keys over to the new engine's
-  counterparts (servesim/backend_switch.py), or refuses naming those without one;
+  counterparts (servesim/config/backend_switch.py), or refuses naming those without one;
 - a new trace (`workload.trace`, or `--trace`) has its format inferred from the file
   unless an override also sets `workload.format` (likewise `lengths_from` and
   `lengths_format`); a new trace drops the file's `synthetic` and vice versa.
@@ -111,7 +111,7 @@ def apply_overrides(data: dict, overrides: list[Override], source: str) -> Overr
     engine = data.get("engine")
     new_backend = engine.get("backend", DEFAULT_BACKEND) if isinstance(engine, dict) else DEFAULT_BACKEND
     if new_backend != file_backend and log.covers("engine.backend"):
-        from servesim.backend_switch import carry_schedulers
+        from servesim.config.backend_switch import carry_schedulers
 
         carry_schedulers(data, file_backend, new_backend, log, source)
         if not log.covers("engine.version"):
