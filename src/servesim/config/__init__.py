@@ -50,6 +50,7 @@ from servesim.config.schema import (
     WorkersConfig,
     WorkloadConfig,
 )
+# Each engine's scheduler schema, re-exported from its package for code that imports it from here.
 from servesim.engine.sglang.config import SglangSchedulerConfig
 from servesim.engine.trtllm.config import TrtllmSchedulerConfig
 from servesim.engine.vllm.config import VllmSchedulerConfig

@@ -30,7 +30,7 @@ from itertools import accumulate
 
 from servesim.engine.passes import ScheduledPass
 from servesim.engine.request import Request
-from servesim.engine.vllm.scheduler import VllmScheduler
+from servesim.engine.scheduler_core import SchedulerCore
 from servesim.timing.base import PassShape, TimingModel
 
 PassListener = Callable[["Worker", ScheduledPass], None]
@@ -40,7 +40,7 @@ class Worker:
     def __init__(
         self,
         name: str,
-        scheduler: VllmScheduler,
+        scheduler: SchedulerCore,   # any backend's (engine/<backend>/scheduler.py)
         timing: TimingModel,
         async_scheduling: bool,
         sim,
