@@ -272,3 +272,27 @@ def test_a_backend_switch_drops_the_files_engine_version():
     assert load_config(config, [("engine.backend", "sglang")]).config.engine.version is None
     kept = load_config(config, [("engine.backend", "sglang"), ("engine.version", "0.5.9")])
     assert kept.config.engine.version == "0.5.9"
+
+
+def test_backend_picks_the_scheduler_schema_inside_pydantic():
+    # engine.backend is the discriminator of every role's scheduler, in SimulationConfig itself,
+    # not only under load_config; a role with no scheduler gets the backend's defaults.
+    from pydantic import ValidationError
+
+    from servesim.config import SimulationConfig, SglangSchedulerConfig, TrtllmSchedulerConfig
+
+    workload = {"synthetic": {"num_requests": 1, "input_length": 4, "output_length": 1}}
+    model = SimulationConfig.model_validate({
+        "engine": {"backend": "sglang", "workers": {"prefill": {"scheduler": {"max_running_requests": 8}},
+                                                     "decode": {}}},
+        "workload": workload})
+    prefill, decode = model.engine.workers.prefill.scheduler, model.engine.workers.decode.scheduler
+    assert isinstance(prefill, SglangSchedulerConfig) and prefill.max_running_requests == 8
+    assert isinstance(decode, SglangSchedulerConfig)
+    model = SimulationConfig.model_validate({"engine": {"backend": "trtllm"}, "workload": workload})
+    assert isinstance(model.engine.workers.aggregated.scheduler, TrtllmSchedulerConfig)
+    with pytest.raises(ValidationError, match="max_num_seqs is a vLLM setting, not valid with engine.backend "
+                                              "sglang; SGLang's counterpart is max_running_requests"):
+        SimulationConfig.model_validate({
+            "engine": {"backend": "sglang", "workers": {"aggregated": {"scheduler": {"max_num_seqs": 3}}}},
+            "workload": workload})

@@ -59,6 +59,40 @@ def _describe(value: Any) -> str:
     return repr(value)
 
 
+def _counterpart(key: str, backend: str) -> str | None:
+    """`backend`'s name for the setting some engine calls `key` (None: it has none)."""
+    from servesim.engine.backend import COUNTERPART_CONCEPTS
+    from servesim.engine.registry import BACKENDS, get_backend
+
+    for concept in COUNTERPART_CONCEPTS:
+        names = [b.counterparts[concept] for b in BACKENDS.values() if concept in b.counterparts]
+        if any(name.lstrip("!") == key for name in names):
+            twin = get_backend(backend).counterpart_of(concept)
+            if twin is not None:
+                return twin
+    return None
+
+
+def scheduler_fault_sentence(fault, backend, source_of: Callable[[str], str] | None = None) -> str:
+    """What is wrong with a role's scheduler (a config.schema.SchedulerFault under `backend`);
+    `source_of(dotted key)` names the file or --set behind it (None: named by no source)."""
+    where = fault.where
+
+    def named(key: str, what: str) -> str:
+        return f"{source_of(key)}: {what}" if source_of is not None else what
+
+    if fault.error is not None:
+        if source_of is None:
+            return error_sentence(fault.error, fault.data, "", prefix=where).removeprefix(": ")
+        return error_sentence(fault.error, fault.data, source_of(where), prefix=where, blame=source_of)
+    if fault.key is None:
+        return named(where, f"{where} must be a mapping, got {_describe(fault.data)}")
+    twin = _counterpart(fault.key, backend.name)
+    hint = f"; {backend.label}'s counterpart is {twin}" if twin else ""
+    return named(f"{where}.{fault.key}", f"{where}.{fault.key} is a {fault.owner} setting, "
+                                         f"not valid with engine.backend {backend.name}{hint}")
+
+
 def error_sentence(err: ValidationError, data: Any, source: str, prefix: str = "",
                     blame: Callable[[str], str | None] | None = None) -> str:
     """One sentence for a validation error; `blame(where)` may name the --set behind it instead of `source`."""

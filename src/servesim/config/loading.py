@@ -1,8 +1,10 @@
 """Loading a config: a file, dict or model, with overrides, validated into a SimulationConfig.
 
-`load_config` validates everything but the schedulers, then each role's scheduler
-against engine.backend's schema (its Backend in engine/registry.py), and names the
-file or the override behind any error (config/errors.py words it).
+`load_config` validates a config in one pass, engine.backend choosing each role's
+scheduler schema (its Backend in engine/registry.py; config/schema.py's EngineConfig).
+A scheduler's own error is reported only once the rest is valid, then the backend's
+feature rules; each error names the file or the override behind it (config/errors.py
+words it).
 """
 
 from __future__ import annotations
@@ -16,24 +18,11 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from servesim.config.errors import _describe, error_sentence
-from servesim.config.schema import SimulationConfig
+from servesim.config.errors import _describe, error_sentence, scheduler_fault_sentence
+from servesim.config.schema import SCHEDULER_FAULTS, SchedulerFault, SimulationConfig
 from servesim.engine.registry import BACKENDS, get_backend
 from servesim.errors import ServesimError
 from servesim.yaml_io import dump_yaml, load_yaml, read_text
-
-
-def _counterpart(key: str, backend: str) -> str | None:
-    """`backend`'s name for the setting some engine calls `key` (None: it has none)."""
-    from servesim.engine.backend import COUNTERPART_CONCEPTS
-
-    for concept in COUNTERPART_CONCEPTS:
-        names = [b.counterparts[concept] for b in BACKENDS.values() if concept in b.counterparts]
-        if any(name.lstrip("!") == key for name in names):
-            twin = get_backend(backend).counterpart_of(concept)
-            if twin is not None:
-                return twin
-    return None
 
 
 def set_dotted(data: dict, dotted: str, value: Any) -> None:
@@ -96,14 +85,12 @@ def read_config_file(path: Path) -> dict:
     return data
 
 
-def _validate_schedulers(config: SimulationConfig, raw: dict[str, Any],
-                         source_of: Callable[[str], str]) -> None:
-    """Validate each role's `scheduler` mapping against the schema of engine.backend.
-
-    `source_of(dotted key)` names what set that key: the file, or a --set.
+def _check_roles(config: SimulationConfig, faults: dict[str, SchedulerFault],
+                 source_of: Callable[[str], str]) -> None:
+    """engine.version, then role by role its scheduler's fault (config/schema.py set it aside) and
+    the backend's feature rules. `source_of(dotted key)` names what set that key: the file, or a --set.
     """
     backend = get_backend(config.engine.backend)
-    schema = backend.schema
     version = config.engine.version
     if version is not None and version not in backend.versions:
         modelled = ", ".join(backend.versions)
@@ -111,25 +98,8 @@ def _validate_schedulers(config: SimulationConfig, raw: dict[str, Any],
                             f"servesim models; it models {modelled} (leave engine.version unset for the newest)")
     for role, role_cfg in config.engine.roles().items():
         where = f"engine.workers.{role}.scheduler"
-        data = raw.get(role, {})
-        if data is None:
-            data = {}
-        if not isinstance(data, dict):
-            raise ServesimError(f"{source_of(where)}: {where} must be a mapping, got {_describe(data)}")
-        for key in data:
-            owners = [b for b in BACKENDS.values() if key in b.schema.model_fields]
-            if key not in schema.model_fields and owners:
-                twin = _counterpart(key, backend.name)
-                hint = f"; {backend.label}'s counterpart is {twin}" if twin else ""
-                raise ServesimError(
-                    f"{source_of(f'{where}.{key}')}: {where}.{key} is a {owners[0].label} setting, "
-                    f"not valid with engine.backend {backend.name}{hint}"
-                )
-        try:
-            role_cfg.scheduler = schema.model_validate(data)
-        except ValidationError as err:
-            raise ServesimError(error_sentence(err, data, source_of(where), prefix=where,
-                                                blame=source_of)) from None
+        if role in faults:
+            raise ServesimError(scheduler_fault_sentence(faults[role], backend, source_of))
         backend.check_role(role_cfg, where, source_of)
         where_role = where.rsplit(".", 1)[0]
         if role_cfg.kv_offload is not None:
@@ -160,28 +130,19 @@ def load_config(
     from servesim.config.overrides import apply_overrides
 
     log = apply_overrides(data, overrides or [], source)
-    schedulers = _pop_schedulers(data)
+    # engine.backend picks each scheduler's schema inside the validation (EngineConfig); a faulty
+    # scheduler is set aside in `faults` and reported only once everything else is valid.
+    faults: dict[str, SchedulerFault] = {}
     try:
-        model = SimulationConfig.model_validate(data)
+        model = SimulationConfig.model_validate(data, context={SCHEDULER_FAULTS: faults})
     except ValidationError as err:
         raise ServesimError(error_sentence(err, data, source, blame=log.blame)) from None
-    _validate_schedulers(model, schedulers, lambda where: log.blame(where) or source)
+    _check_roles(model, faults, lambda where: log.blame(where) or source)
     return LoadedConfig(model, base_dir, source, log)
 
 
 # How errors in the packaged default.yaml (reached only through overrides) name their source.
 EMBEDDED_DEFAULT = "the embedded default config"
-
-
-def _pop_schedulers(data: dict) -> dict[str, Any]:
-    """Take each role's raw `scheduler` out of `data` (validated separately, by backend)."""
-    workers = (data.get("engine") or {}).get("workers") if isinstance(data.get("engine"), dict) else None
-    taken: dict[str, Any] = {}
-    if isinstance(workers, dict):
-        for role, role_cfg in workers.items():
-            if isinstance(role_cfg, dict) and "scheduler" in role_cfg:
-                taken[role] = role_cfg.pop("scheduler")
-    return taken
 
 
 def config_hash(config: SimulationConfig) -> str:

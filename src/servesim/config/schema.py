@@ -8,9 +8,10 @@ documented in docs/config.md. Each engine's scheduler schema lives in its packag
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Union
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal, Union
 
-from pydantic import Field, model_validator
+from pydantic import Field, ValidationError, ValidationInfo, model_validator
 
 from servesim.engine.registry import BACKENDS, DEFAULT_BACKEND
 from servesim.schema_base import (
@@ -87,6 +88,38 @@ TimingConfig = Annotated[Union[FixedTiming, PolynomialTiming, RooflineTiming, Ai
 BackendName = Literal[tuple(BACKENDS)]
 SchedulerConfig = Union[tuple(backend.schema for backend in BACKENDS.values())]
 
+# The validation-context key under which `load_config` collects what is wrong with each role's
+# scheduler (role name -> SchedulerFault), to word it, naming the file or --set behind it, only
+# once everything else has validated: a scheduler's keys mean something only under a valid
+# engine.backend, and an error elsewhere is reported first.
+SCHEDULER_FAULTS = "scheduler_faults"
+
+
+@dataclass
+class SchedulerFault:
+    """What is wrong with one role's scheduler mapping: not a mapping, a key another backend
+    owns (`key`, its `owner`'s label), or its backend schema's `error`."""
+
+    where: str                        # engine.workers.<role>.scheduler
+    data: Any
+    key: str | None = None
+    owner: str | None = None
+    error: ValidationError | None = None
+
+
+def _validate_scheduler(backend, where: str, data: Any) -> Any:
+    """`data` validated as `backend`'s scheduler, or the SchedulerFault saying why it is not one."""
+    if not isinstance(data, dict):
+        return SchedulerFault(where, data)
+    for key in data:
+        owners = [b for b in BACKENDS.values() if key in b.schema.model_fields]
+        if key not in backend.schema.model_fields and owners:
+            return SchedulerFault(where, data, key=key, owner=owners[0].label)
+    try:
+        return backend.schema.model_validate(data)
+    except ValidationError as err:
+        return SchedulerFault(where, data, error=err)
+
 
 # --------------------------------------------------------------------------- workers
 
@@ -132,8 +165,8 @@ class RoleConfig(StrictModel):
     # in the catalogue (8 on HGX boards, 72 on NVL72 racks). Larger: the worker spans nodes.
     gpus_per_node: PositiveInt | None = None
     gpu_memory_utilization: Annotated[float, Field(gt=0, le=1)] = 0.9
-    # Validated against engine.backend's schema by `load_config` (it depends on a sibling
-    # of this model's parent, which a field validator cannot see).
+    # engine.backend's schema, chosen by EngineConfig (the backend is a sibling of this
+    # model's parent, which a field validator cannot see); null: that schema's defaults.
     scheduler: SchedulerConfig | None = None
     speculative: SpeculativeConfig | None = None
     kv_offload: KvOffloadConfig | None = None
@@ -189,6 +222,49 @@ class EngineConfig(StrictModel):
     kv_transfer: KvTransferConfig = Field(default_factory=KvTransferConfig)
     # Debugging aid: run the straightforward per-request scheduler instead of the fast one.
     reference: bool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _schedulers_by_backend(cls, data: Any, info: ValidationInfo) -> Any:
+        """engine.backend is the discriminator of every role's scheduler: each mapping is
+        validated against that backend's schema (engine/registry.py) before its role is.
+
+        Under `load_config` (its context holds SCHEDULER_FAULTS) a faulty scheduler is set
+        aside for it to report; otherwise the fault is raised here, as a value error on engine.
+        """
+        if not isinstance(data, dict) or not isinstance(data.get("workers"), dict):
+            return data
+        backend = data.get("backend", DEFAULT_BACKEND)
+        backend = BACKENDS.get(backend) if isinstance(backend, str) else None
+        faults = (info.context or {}).get(SCHEDULER_FAULTS)
+        data = dict(data)
+        workers = data["workers"] = dict(data["workers"])
+        for role, role_cfg in workers.items():
+            if not isinstance(role_cfg, dict) or "scheduler" not in role_cfg:
+                continue
+            role_cfg = workers[role] = dict(role_cfg)
+            raw = role_cfg.pop("scheduler")
+            if backend is None:
+                continue   # engine.backend's own error is the one to report
+            where = f"engine.workers.{role}.scheduler"
+            fault = _validate_scheduler(backend, where, {} if raw is None else raw)
+            if not isinstance(fault, SchedulerFault):
+                role_cfg["scheduler"] = fault
+            elif faults is not None:
+                faults.setdefault(role, fault)
+            else:
+                from servesim.config.errors import scheduler_fault_sentence
+
+                raise ValueError(scheduler_fault_sentence(fault, backend))
+        return data
+
+    @model_validator(mode="after")
+    def _default_schedulers(self) -> EngineConfig:
+        schema = BACKENDS[self.backend].schema
+        for role_cfg in self.roles().values():
+            if role_cfg.scheduler is None:
+                role_cfg.scheduler = schema.model_validate({})
+        return self
 
     def roles(self) -> dict[str, RoleConfig]:
         workers = self.workers
