@@ -1,4 +1,4 @@
-"""Bad inputs end in one clean sentence (tests/bad_input_corpus.py), and the limits behind them hold.
+"""Bad inputs end in one clean sentence (tests/support/bad_input_corpus.py), and the limits behind them hold.
 
 Each corpus case runs the CLI's `main()` in this process (a SIGALRM time bound stands in
 for a hang) and must exit 2 with one `error:` line naming its cause, no traceback, and
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from .bad_input_corpus import (API_CASES, CASES, MODEL, SAYS, TRACE, base_config, cfg_text, judge, jsonl,
+from tests.support.bad_input_corpus import (API_CASES, CASES, MODEL, SAYS, TRACE, base_config, cfg_text, judge, jsonl,
                                materialize, run_in_process, snapshot, expand)
 
 
@@ -82,7 +82,7 @@ def test_killed_sweep_leaves_no_worker_alive(tmp_path, how):
 
     import yaml
 
-    from .conftest import sweep_base
+    from tests.support.runs import sweep_base
 
     base = tmp_path / "base.yaml"
     base.write_text(yaml.safe_dump(sweep_base(20000)))

@@ -6,9 +6,10 @@ import csv
 import json
 import os
 import subprocess
-import sys
 import pytest
 import yaml
+
+from tests.support.cli import servesim_cli
 
 SMALL = """\
 engine:
@@ -22,11 +23,6 @@ workload:
 """
 
 
-def servesim(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "servesim", *map(str, args)], capture_output=True, text=True,
-                          cwd=cwd, timeout=300)
-
-
 @pytest.fixture
 def small(tmp_path):
     path = tmp_path / "small.yaml"
@@ -35,7 +31,7 @@ def small(tmp_path):
 
 
 def test_default_run_prints_the_summary():
-    proc = servesim("run")
+    proc = servesim_cli("run")
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     assert "Successful requests:" in out and "2,000" in out
@@ -47,7 +43,7 @@ def test_default_run_prints_the_summary():
 def test_out_files(tmp_path, small):
     out = tmp_path / "out"
     passes = tmp_path / "passes.jsonl"
-    proc = servesim("run", small, "--out", out, "--passes", passes, "--seed", 3)
+    proc = servesim_cli("run", small, "--out", out, "--passes", passes, "--seed", 3)
     assert proc.returncode == 0, proc.stderr
     assert sorted(p.name for p in out.iterdir()) == [".servesim-output", "config.resolved.yaml", "requests.csv",
                                                      "summary.json", "workers.csv"]
@@ -77,17 +73,17 @@ def test_out_files(tmp_path, small):
 
 def test_same_seed_same_bytes(tmp_path, small):
     for name in ("a", "b"):
-        assert servesim("run", small, "--out", tmp_path / name, "--passes", tmp_path / f"{name}.jsonl",
+        assert servesim_cli("run", small, "--out", tmp_path / name, "--passes", tmp_path / f"{name}.jsonl",
                         "-q").returncode == 0
     assert (tmp_path / "a" / "requests.csv").read_bytes() == (tmp_path / "b" / "requests.csv").read_bytes()
     assert (tmp_path / "a.jsonl").read_bytes() == (tmp_path / "b.jsonl").read_bytes()
-    servesim("run", small, "--out", tmp_path / "c", "--seed", 99, "-q")
+    servesim_cli("run", small, "--out", tmp_path / "c", "--seed", 99, "-q")
     assert (tmp_path / "a" / "requests.csv").read_bytes() != (tmp_path / "c" / "requests.csv").read_bytes()
 
 
 def test_set_overrides(tmp_path, small):
     out = tmp_path / "o"
-    proc = servesim("run", small, "--out", out, "-q", "--set", "engine.timing.pass_ms=20",
+    proc = servesim_cli("run", small, "--out", out, "-q", "--set", "engine.timing.pass_ms=20",
                     "--set", "workload.synthetic.num_requests=5")
     assert proc.returncode == 0, proc.stderr
     assert json.loads((out / "summary.json").read_text())["completed"] == 5
@@ -98,7 +94,7 @@ def test_trace_option_replaces_the_workload(tmp_path, small):
     trace.write_text('{"timestamp": 0, "input_length": 20, "output_length": 3}\n'
                      '{"timestamp": 5, "input_length": 30, "output_length": 2}\n')
     out = tmp_path / "o"
-    proc = servesim("run", small, "--trace", trace, "--out", out, "-q", "--set", "workload.client={mode: open_loop}")
+    proc = servesim_cli("run", small, "--trace", trace, "--out", out, "-q", "--set", "workload.client={mode: open_loop}")
     assert proc.returncode == 0, proc.stderr
     summary = json.loads((out / "summary.json").read_text())
     assert summary["completed"] == 2 and summary["trace_format"] == "mooncake"
@@ -117,7 +113,7 @@ def test_trace_option_replaces_the_workload(tmp_path, small):
 ])
 def test_bad_input_exits_2_with_one_sentence(tmp_path, small, args, fragment):
     out = tmp_path / "never"
-    proc = servesim("run", small, "--out", out, *args)
+    proc = servesim_cli("run", small, "--out", out, *args)
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
@@ -129,32 +125,32 @@ def test_bad_input_exits_2_with_one_sentence(tmp_path, small, args, fragment):
 def test_bad_trace_line_names_file_and_line(tmp_path, small):
     trace = tmp_path / "bad.jsonl"
     trace.write_text('{"timestamp": 0, "input_length": 20, "output_length": 3}\n{"timestamp": 1}\n')
-    proc = servesim("run", small, "--trace", trace, "--out", tmp_path / "o")
+    proc = servesim_cli("run", small, "--trace", trace, "--out", tmp_path / "o")
     assert proc.returncode == 2
     assert f"{trace} line 2" in proc.stderr
     assert not (tmp_path / "o").exists()
 
 
 def test_missing_files(tmp_path, small):
-    proc = servesim("run", tmp_path / "nope.yaml")
+    proc = servesim_cli("run", tmp_path / "nope.yaml")
     assert proc.returncode == 2 and "does not exist" in proc.stderr
-    proc = servesim("run", small, "--trace", tmp_path / "nope.jsonl")
+    proc = servesim_cli("run", small, "--trace", tmp_path / "nope.jsonl")
     assert proc.returncode == 2 and "does not exist" in proc.stderr
 
 
 def test_unknown_key_in_file(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text(SMALL + "colour: blue\n")
-    proc = servesim("run", path)
+    proc = servesim_cli("run", path)
     assert proc.returncode == 2
     assert proc.stderr.strip() == f"error: {path}: unknown key colour"
 
 
 def test_failed_run_keeps_existing_outputs(tmp_path, small):
     out = tmp_path / "o"
-    assert servesim("run", small, "--out", out, "-q").returncode == 0
+    assert servesim_cli("run", small, "--out", out, "-q").returncode == 0
     before = (out / "summary.json").read_bytes()
-    proc = servesim("run", small, "--out", out, "--set", "engine.timing.pass_ms=-1")
+    proc = servesim_cli("run", small, "--out", out, "--set", "engine.timing.pass_ms=-1")
     assert proc.returncode == 2
     assert (out / "summary.json").read_bytes() == before
     assert sorted(p.name for p in out.iterdir()) == [".servesim-output", "config.resolved.yaml", "requests.csv",
@@ -166,7 +162,7 @@ def test_python_api_matches_cli(tmp_path, small):
 
     result = api.simulate(small)
     out = tmp_path / "o"
-    servesim("run", small, "--out", out, "-q")
+    servesim_cli("run", small, "--out", out, "-q")
     summary = json.loads((out / "summary.json").read_text())
     api_summary = json.loads(json.dumps(result.summary))
     for key in summary:
@@ -176,7 +172,7 @@ def test_python_api_matches_cli(tmp_path, small):
 
 def test_speculative_reports_acceptance_length(tmp_path, small):
     out = tmp_path / "o"
-    proc = servesim("run", small, "-q", "--out", out, "--set",
+    proc = servesim_cli("run", small, "-q", "--out", out, "--set",
                     "engine.workers.aggregated.speculative={method: eagle, num_speculative_tokens: 2, acceptance_rate: 0.7}")
     assert proc.returncode == 0, proc.stderr
     assert "warning" not in proc.stderr

@@ -194,7 +194,7 @@ def test_a_real_sweep_report_at_80_columns(tmp_path):
     from servesim.sweep.runner import run_sweep
     from servesim.sweep.space import parse_space
 
-    from .conftest import sweep_base
+    from tests.support.runs import sweep_base
 
     space = parse_space({"parameters": {"engine.workers.aggregated.scheduler.max_num_seqs": [2, 8]},
                          "slo": {"ttft_ms": 5000, "tpot_ms": 50, "percentile": 90}})

@@ -200,7 +200,7 @@ def test_warmup_requests_are_left_out_and_must_leave_something():
 def test_itl_leaves_warmup_requests_out(tmp_path, reference):
     import servesim
 
-    from .conftest import fixed_config, write_trace
+    from tests.support.runs import fixed_config, write_trace
 
     # Passes cost 10 ms plus 1 ms per prefill token. R0 (warm-up): prompt 10 at 0, [0,20)
     # gives its first token. R1 (prompt 10) arrives at 15 and is prefilled beside R0's

@@ -13,8 +13,8 @@ import servesim
 from servesim.engine.decode_runs import DecodeRuns
 from servesim.metrics.collector import Collector
 
-from .conftest import write_trace
-from .test_fast_engine import assert_same
+from tests.support.runs import write_trace
+from tests.support.equivalence import assert_same
 
 FIXED = {"kind": "fixed", "pass_ms": 10.0}
 POLYNOMIAL = {"kind": "polynomial", "base_ms": 1.5, "per_prefill_token_ms": 0.01, "per_decode_token_ms": 0.02,

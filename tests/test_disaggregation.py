@@ -106,7 +106,7 @@ def test_sglang_decode_keeps_room_for_running_requests(tmp_path):
     """
     import servesim
 
-    from .conftest import write_trace
+    from tests.support.runs import write_trace
 
     lengths = [(30, 31), (32, 26), (1, 1), (1, 1), (47, 4), (52, 8), (63, 1), (1, 1), (1, 1), (1, 28)]
     times = [0.0, 47.1, 47.1, 47.1, 94.2, 94.2, 94.2, 94.2, 94.2, 94.2]

@@ -1,4 +1,4 @@
-"""Every output README.md and docs/ show is what its command prints now (tests/docs_examples.py).
+"""Every output README.md and docs/ show is what its command prints now (tests/support/docs_examples.py).
 
 `python tests/test_docs_examples.py --update [PAGE ...]` reruns the examples (slow ones too;
 `--fast` leaves them out) and rewrites each stale shown output in place; read the diff, and the
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import docs_examples as dx  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # the repository root, when run as a script
+from tests.support import docs_examples as dx  # noqa: E402
 
 EXAMPLES = dx.all_examples()
 

@@ -8,17 +8,14 @@ open- and closed-loop clients.
 
 from __future__ import annotations
 
-import copy
-
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import servesim
-from servesim.errors import ServesimError
-
-from .conftest import write_trace
-from .test_properties import SPECULATIVE, as_backend, scenarios
+from tests.support.equivalence import assert_same
+from tests.support.runs import write_trace
+from tests.support.scenarios import SPECULATIVE, as_backend, scenarios
 
 
 def _config(trace, sched, client, trace_block_size, timing):
@@ -27,35 +24,6 @@ def _config(trace, sched, client, trace_block_size, timing):
         "workload": {"trace": str(trace), "format": "mooncake", "client": client,
                      "trace_block_size": trace_block_size},
     }
-
-
-def _simulate_or_refuse(config):
-    try:
-        return servesim.simulate(config), None
-    except ServesimError as err:
-        return None, str(err)
-
-
-def assert_same(config):
-    """Identical records and summaries; or, when the reference refuses the run (a deadlock the
-    engine would hit too), the same refusal."""
-    reference, refused = _simulate_or_refuse(dict(copy.deepcopy(config), engine=dict(config["engine"], reference=True)))
-    if refused is not None:
-        assert _simulate_or_refuse(config)[1] == refused
-        return None
-    fast = servesim.simulate(config)
-    assert fast.requests == reference.requests
-    a = {k: v for k, v in fast.summary.items() if k != "wall_time_ms"}
-    b = {k: v for k, v in reference.summary.items() if k not in ("wall_time_ms",)}
-    b["config_hash"] = a["config_hash"]  # the configs differ only in engine.reference
-    b["simulated"] = dict(b["simulated"], engine=a["simulated"]["engine"],  # which names the engine that ran
-                          engine_reason=a["simulated"]["engine_reason"])
-    # KV-usage samples are taken per pass record, and a fast-forwarded run is one record.
-    for workers in (a["workers"], b["workers"]):
-        for w in workers:
-            del w["kv_timeline"], w["kv_utilization_mean"]
-    assert a == b
-    return fast
 
 
 def _open_loop_10ms(tmp_path, rows, sched):

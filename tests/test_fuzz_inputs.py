@@ -12,8 +12,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -22,7 +20,8 @@ from hypothesis import strategies as st
 import servesim
 from servesim.errors import ServesimError
 
-from .bad_input_corpus import MODEL, TRACE, base_config
+from tests.support.bad_input_corpus import MODEL, TRACE, base_config
+from tests.support.cli import servesim_cli
 
 TIME_LIMIT_S = 10
 # SERVESIM_FUZZ_EXAMPLES=500 (with SERVESIM_HYPOTHESIS=explore) hunts further.
@@ -179,8 +178,7 @@ def test_cli_answers_in_one_sentence_or_runs(tmp_path, edits):
     for path, value in edits.items():
         _set(config, path, value)
     (tmp_path / "c.yaml").write_text(json.dumps(config))
-    proc = subprocess.run([sys.executable, "-m", "servesim", "run", "c.yaml", "-q"], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=60)
+    proc = servesim_cli("run", "c.yaml", "-q", cwd=tmp_path, timeout=60)
     assert proc.returncode in (0, 2) and "Traceback" not in proc.stderr, proc.stderr
     if proc.returncode == 2:
         assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("error: "), proc.stderr

@@ -4,8 +4,6 @@ and the `vllm bench serve` shorthands of `servesim run`."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,6 +14,7 @@ from servesim.cli_shorthands import expand_goodput, random_lengths, shorthand_ov
 from servesim.config import load_config
 from servesim.errors import ServesimError
 from servesim.config.resolution import resolve
+from tests.support.cli import servesim_cli
 
 SCHED = "engine.workers.aggregated.scheduler"
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
@@ -82,8 +81,7 @@ def test_cli_trace_on_the_default_for_every_shared_format(tmp_path):
     for fmt, path in samples.items():
         head = tmp_path / path.name
         head.write_text("".join(path.read_text().splitlines(keepends=True)[:30]))
-        done = subprocess.run([sys.executable, "-m", "servesim", "run", "--trace", str(head), "--json"],
-                              capture_output=True, text=True, timeout=120)
+        done = servesim_cli("run", "--trace", head, "--json", timeout=120)
         assert done.returncode == 0, done.stderr
         assert json.loads(done.stdout)["trace_format"] == fmt
 
@@ -314,10 +312,9 @@ def test_synthetic_prefix_is_shared_exactly():
 
 
 def test_cli_shorthands_end_to_end(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "servesim", "run", "--random-input-len", "200",
-                           "--random-output-len", "10", "--num-prompts", "40", "--request-rate", "20",
-                           "--max-concurrency", "4", "--goodput", "ttft:500", "tpot:30", "--json",
-                           "--set", "workload.client.request_rate=40"], capture_output=True, text=True, timeout=120)
+    done = servesim_cli("run", "--random-input-len", "200", "--random-output-len", "10", "--num-prompts", "40",
+                    "--request-rate", "20", "--max-concurrency", "4", "--goodput", "ttft:500", "tpot:30", "--json",
+                    "--set", "workload.client.request_rate=40", timeout=120)
     assert done.returncode == 0, done.stderr
     summary = json.loads(done.stdout)
     assert summary["completed"] == 40 and summary["total_input_tokens"] == 40 * 200

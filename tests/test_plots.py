@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
 import servesim
 from servesim.metrics import plots
+from tests.support.cli import servesim_cli
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -102,12 +101,10 @@ def test_cli_run_plots(tmp_path):
 
     config = tmp_path / "c.yaml"
     config.write_text(yaml.safe_dump(SMALL))
-    proc = subprocess.run([sys.executable, "-m", "servesim", "run", str(config), "--plots", "-q"],
-                          capture_output=True, text=True)
+    proc = servesim_cli("run", config, "--plots", "-q", timeout=None)
     assert proc.returncode == 2 and proc.stderr.startswith("error: --plots") and "Traceback" not in proc.stderr
     out = tmp_path / "out"
-    proc = subprocess.run([sys.executable, "-m", "servesim", "run", str(config), "--plots", "--out", str(out),
-                           "-q"], capture_output=True, text=True)
+    proc = servesim_cli("run", config, "--plots", "--out", out, "-q", timeout=None)
     assert proc.returncode == 0, proc.stderr
     assert {"ttft_cdf.png", "tpot_cdf.png", "timeline_aggregated-0.png"} <= {p.name for p in out.iterdir()}
     assert not list(out.glob(".*.tmp"))

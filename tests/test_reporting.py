@@ -12,15 +12,14 @@ import io
 import json
 import math
 import os
-import subprocess
-import sys
 
 import pytest
 
 import servesim
 from servesim.errors import ServesimError
 
-from .conftest import fixed_config, run_backend, write_trace
+from tests.support.cli import servesim_cli
+from tests.support.runs import fixed_config, run_backend, write_trace
 
 SYNC = {"async_scheduling": False}
 
@@ -346,8 +345,7 @@ VLLM_0_32_0_KEYS = (VLLM_0_32_0_HEAD + ["latencies", "queue_times"] + VLLM_0_32_
 
 def _cli(*args, cwd=None):
     env = {**os.environ, "SOURCE_DATE_EPOCH": "0"}
-    return subprocess.run([sys.executable, "-m", "servesim", *map(str, args)], capture_output=True, text=True,
-                          env=env, cwd=cwd)
+    return servesim_cli(*args, cwd=cwd, env=env)
 
 
 @pytest.fixture
@@ -460,7 +458,7 @@ def test_fast_runs_deliver_at_the_reference_times(tmp_path, monkeypatch, timing,
 def test_table_rows(tmp_path):
     from servesim.metrics.table import format_summary
 
-    from .test_kv_offload import ROWS, VLLM, offload
+    from tests.support.offload import ROWS, VLLM, offload
 
     # KV offload on (the host tier's hits shown), one warm-up request left out of 3.
     tiered = run_backend(tmp_path, ROWS, "vllm", VLLM, trace_block_size=4, role=offload(0.01))

@@ -13,8 +13,6 @@ Figures used throughout (H100 SXM as torch reports it: 79.2 GiB):
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 
@@ -23,6 +21,7 @@ from servesim.config import load_config
 from servesim.errors import ServesimError
 from servesim.config.resolution import resolve
 from servesim.sweep.recommend import build, parse_workload
+from tests.support.cli import servesim_cli
 
 ROLE = "engine.workers.aggregated"
 
@@ -49,8 +48,7 @@ def test_405b_weights_do_not_fit_one_h100_even_with_pinned_blocks():
 
 
 def test_cli_405b_on_the_default_exits_2_with_one_sentence(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "servesim", "run", "--set", "model=llama-3.1-405b",
-                           "--out", str(tmp_path / "out")], capture_output=True, text=True, timeout=120)
+    proc = servesim_cli("run", "--set", "model=llama-3.1-405b", "--out", tmp_path / "out", timeout=120)
     assert proc.returncode == 2
     assert proc.stderr.startswith("error: ") and "weights alone take 756.0 GiB" in proc.stderr
     assert "Traceback" not in proc.stderr and not (tmp_path / "out").exists()

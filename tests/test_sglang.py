@@ -9,7 +9,7 @@ from servesim.engine.kv.cache import KvCache
 from servesim.engine.request import Request
 from servesim.engine.sglang.scheduler import SglangScheduler
 
-from .conftest import run_backend
+from tests.support.runs import run_backend
 
 SYNC = {"disable_overlap_schedule": True, "context_length": 4096, "max_total_tokens": 10_000,
         "chunked_prefill_size": 4096}

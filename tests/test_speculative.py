@@ -16,7 +16,7 @@ from servesim.models import resolve_model
 from servesim.timing.base import PassShape
 from servesim.timing.roofline import RooflineProfile, RooflineTimingModel
 
-from .conftest import run_backend
+from tests.support.runs import run_backend
 
 VLLM = {"num_gpu_blocks": 4000, "max_model_len": 2048, "async_scheduling": False, "block_size": 4}
 

@@ -14,7 +14,7 @@ from servesim.sweep.runner import run_sweep
 from servesim.sweep.space import SweepSlo, parse_space
 from servesim.sweep.trials import Plan, apply_overrides, promote
 
-from .conftest import sweep_base
+from tests.support.runs import sweep_base
 
 BASE = sweep_base(60)
 

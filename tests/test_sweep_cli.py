@@ -19,7 +19,8 @@ from servesim.sweep.executor import PoolExecutor, slim_summary
 from servesim.sweep.runner import run_sweep
 from servesim.sweep.space import parse_space
 
-from .conftest import sweep_base
+from tests.support.cli import servesim_cli
+from tests.support.runs import sweep_base
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 BASE = sweep_base(200)
@@ -33,11 +34,6 @@ SPACE = {
     "constraints": {"max_gpus": 2},
     "slo": {"ttft_ms": 300, "tpot_ms": 20, "percentile": 90},
 }
-
-
-def servesim_cli(*args, **kwargs):
-    return subprocess.run([sys.executable, "-m", "servesim", *map(str, args)], capture_output=True, text=True,
-                          timeout=300, **kwargs)
 
 
 def write(path, data):

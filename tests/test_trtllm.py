@@ -5,7 +5,7 @@ Fixed 10 ms passes, 4-token KV blocks, overlap off unless a test is about it.
 
 from __future__ import annotations
 
-from .conftest import run_backend
+from tests.support.runs import run_backend
 
 SYNC = {"disable_overlap_scheduler": True, "tokens_per_block": 4, "max_seq_len": 64, "max_tokens": 400}
 

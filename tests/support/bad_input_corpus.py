@@ -5,7 +5,7 @@ that names its cause (`SAYS`), no traceback, within a time bound, and nothing wr
 the few edge inputs that are valid (a UTF-8 byte-order mark, which servesim accepts
 silently; huge seeds and hash ids) must run.
 
-`python -m tests.bad_input_corpus [ID_FRAGMENT ...]` (from the repository root) runs the
+`python -m tests.support.bad_input_corpus [ID_FRAGMENT ...]` (from the repository root) runs the
 corpus in subprocesses, with a timeout, and counts clean errors, tracebacks, hangs and
 wrong results (exit 0 for a bad input, more than one line, files written).
 """
@@ -526,14 +526,14 @@ def measure_api() -> dict[str, list[str]]:
     verdicts: dict[str, list[str]] = {"clean": [], "traceback": [], "hang": [], "wrong": []}
     for name, kwargs in API_CASES.items():
         code = ("import json, sys, servesim\nfrom servesim.errors import ServesimError\n"
-                f"from tests.bad_input_corpus import base_config, API_CASES\n"
+                f"from tests.support.bad_input_corpus import base_config, API_CASES\n"
                 f"kw = {{'config': base_config(), **API_CASES[{name!r}]}}\n"
                 "try:\n    servesim.simulate(**kw)\nexcept ServesimError as e:\n"
                 "    print('error:', e, file=sys.stderr); sys.exit(2)\n")
         with tempfile.TemporaryDirectory() as tmp:
             Path(tmp, "trace.jsonl").write_text(TRACE)
             env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-                p for p in (os.environ.get("PYTHONPATH"), str(Path(__file__).resolve().parents[1])) if p)}
+                p for p in (os.environ.get("PYTHONPATH"), str(Path(__file__).resolve().parents[2])) if p)}
             try:
                 proc = subprocess.run([sys.executable, "-c", code], cwd=tmp, capture_output=True, text=True,
                                       timeout=TIME_LIMIT_S, env=env)

@@ -42,7 +42,7 @@ from pathlib import Path
 
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SHARED = REPO.parent / "shared"
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
 LINKED = ("docs", "benchmarks", "src")
