@@ -66,7 +66,7 @@ class Workload:
 # 60,000 blocks of 16 tokens of Llama-3.1-8B KV cache take 117 GiB: more than an H100 leaves after the
 # weights (servesim checks it), so the vLLM rows run on B200s, whose 180 GB hold them. Under fixed
 # timing the GPU matters only through vLLM's default token budget (16,384 on a B200), pinned here to
-# the 8,192 it is on an H100: the rows simulate exactly what they did on H100s before the check.
+# the 8,192 it is on an H100, so under fixed timing the rows schedule the passes an H100 deployment would.
 _SCHEDULER = {"max_num_seqs": 1024, "num_gpu_blocks": 60000, "max_num_batched_tokens": 8192}
 _VLLM_GPU = "b200"
 

@@ -148,7 +148,8 @@ class DecodeRuns:
         caching = kv.enable_caching
         entries = decided.entries
         # `KvCache.allocate_each` with `extra` tokens each, fused with the last pass's count: one
-        # loop over the batch a run, not three (calling allocate_each made row 2s's loop 20% slower).
+        # loop over the batch a run, not three, since this runs for every fast-forwarded run over
+        # its whole batch (docs/performance.md, "Hot loops written out").
         needs = []
         last_step = 0   # blocks of the run's last pass
         for entry in entries:

@@ -276,7 +276,7 @@ class KvCache:
                     else:
                         # What `cache_full_blocks` does past the shareable prefix (no key is given
                         # now), without the call: with one-token pages every decode fills a block,
-                        # and the call was 8% of an SGLang run (row 2s).
+                        # so this runs once a token (docs/performance.md, "Hot loops written out").
                         request.num_cached_blocks = full
         return True
 

@@ -140,8 +140,8 @@ class TrtllmScheduler(SchedulerCore):
         """Blocks admitted requests (running, received, or with their KV on the way) will still
         need to complete: GUARANTEED_NO_EVICT's promise."""
         # `_need_blocks` written out: this runs over the whole batch after every admission, transfer
-        # and free (the fast scheduler keeps it in between); the method call per request was 12%
-        # of a DeepSeek-R1 P/D row (19.0 s against 16.8 s).
+        # and free (the fast scheduler keeps it in between), so it makes no method call per
+        # request (docs/performance.md, "Hot loops written out").
         drafts = self.speculation.num_draft_tokens if self.speculation is not None else 0
         limit = self.max_model_len
         size = self.kv.block_size
