@@ -247,15 +247,15 @@ class EngineConfig(StrictModel):
             if backend is None:
                 continue   # engine.backend's own error is the one to report
             where = f"engine.workers.{role}.scheduler"
-            fault = _validate_scheduler(backend, where, {} if raw is None else raw)
-            if not isinstance(fault, SchedulerFault):
-                role_cfg["scheduler"] = fault
+            checked = _validate_scheduler(backend, where, {} if raw is None else raw)
+            if not isinstance(checked, SchedulerFault):
+                role_cfg["scheduler"] = checked
             elif faults is not None:
-                faults.setdefault(role, fault)
+                faults.setdefault(role, checked)
             else:
                 from servesim.config.errors import scheduler_fault_sentence
 
-                raise ValueError(scheduler_fault_sentence(fault, backend))
+                raise ValueError(scheduler_fault_sentence(checked, backend))
         return data
 
     @model_validator(mode="after")
