@@ -88,8 +88,9 @@ def test_the_default_set_skips_rows_without_traces(tmp_path):
 def test_default_traces_only_beside_a_checkout(tmp_path):
     here = Path(bench.__file__).resolve()
     checkout = here.parents[2]
-    if (checkout / "pyproject.toml").is_file() and (checkout.parent / "shared" / "traces").is_dir():
-        assert bench.default_traces() == checkout.parent / "shared" / "traces"
+    expected = checkout.parent / "shared" / "traces"
+    beside = (checkout / "pyproject.toml").is_file() and expected.is_dir()
+    assert bench.default_traces() == (expected if beside else None)
     # An installed copy (site-packages/servesim/bench.py) has no checkout above it.
     site = tmp_path / "site-packages"
     shutil.copytree(Path(servesim.__file__).parent, site / "servesim",

@@ -72,6 +72,7 @@ def test_usage_errors_are_one_line_exit_2(cli, args, message):
 def test_no_arguments_shows_the_help(cli):
     status, out, err = cli()
     assert "Usage:" in out and "Commands" in out and "error" not in err
+    assert status == 2   # as click's no_args_is_help does
 
 
 def test_the_console_script_prints_usage_errors_in_one_line(tmp_path):

@@ -81,7 +81,10 @@ def test_the_grep_finds_each_kind_of_branch(tmp_path):
         '    pass\n'
         'y = 1  # a comment may say backend == "vllm"\n'
         'z = f"{backend}: x"\n'
+        'match backend:\n'
+        '    case "sglang":\n'
+        '        pass\n'
     )
     found = violations(tmp_path)
-    assert [line.split(":")[1] for line in found] == ["1", "3", "4", "6", "7", "8", "9"]
+    assert [line.split(":")[1] for line in found] == ["1", "3", "4", "6", "7", "8", "9", "14"]
     assert all(line.startswith("src/servesim/bad.py:") for line in found)

@@ -149,12 +149,16 @@ def test_vllm_keys_carry_over_to_trtllm_and_run():
 
 @pytest.mark.parametrize("backend", ["sglang", "trtllm"])
 def test_the_embedded_default_switches_backend_with_each_engine_own_defaults(backend):
-    # default.yaml writes no scheduler key, so nothing is carried: each engine sizes its own pool
-    # (SGLang 418,576 tokens at mem_fraction_static 0.834 on an H100, plus the null block).
+    # default.yaml writes no scheduler key, so nothing is carried: each engine sizes its own pool.
+    # SGLang: floor((79.2 GiB x 0.834 - 14.957 GiB weights) x 8,192 tokens/GiB) = 418,576 (its KvCache
+    # adds one null block); TensorRT-LLM: (79.2 - 14.957 - 1.75) x 0.9 x 8,192 = 460,748, floored to
+    # 32-token blocks: 460,736 (test_resource_checks.py has the same figures).
     result = servesim.simulate(overrides=[("engine.backend", backend), ("workload.max_requests", 20)])
     assert result.summary["completed"] == 20 and result.summary["warnings"] == []
     if backend == "sglang":
         assert result.config.engine.workers.aggregated.scheduler.max_total_tokens == 418576
+    else:
+        assert result.config.engine.workers.aggregated.scheduler.max_tokens == 460736
 
 
 def test_sglang_file_to_vllm_converts_units_and_inverts_flags():

@@ -116,8 +116,8 @@ def test_peak_helper_counts_like_vllm():
     from servesim.metrics.summary import peak_output_and_concurrency
 
     s = 1_000_000_000
-    # Starts 0.5 s and 2.2 s, ends 1.0 s and 2.3 s: buckets 0..1 and 2..2 (a request ending
-    # exactly on a second boundary counts in that second too, as vLLM's range(start, end + 1)).
+    # Starts 0.5 s and 2.2 s, ends 1.0 s and 2.3 s; seconds count from the first start (0.5 s),
+    # so request 0 spans 0.0-0.5 s (bucket 0) and request 1 1.7-1.8 s (bucket 1): peak 1.
     start = np.array([s // 2, 22 * s // 10])
     end = np.array([s, 23 * s // 10])
     tokens = np.array([s // 2, 9 * s // 10, s, 22 * s // 10])
@@ -125,6 +125,12 @@ def test_peak_helper_counts_like_vllm():
     # Origin 0.5 s: tokens at 0.0, 0.4, 0.5, 1.7 s from it: buckets 0, 0, 0, 1 → 6 and 5.
     assert peak_output_and_concurrency(start, end, tokens, counts) == (6.0, 1)
     assert peak_output_and_concurrency(start[:0], end[:0], tokens[:0], counts[:0]) == (0.0, 0)
+    # A request ending exactly on a second boundary counts in that second too (vLLM's
+    # range(start, end + 1)): request 0 spans 0-1 s, request 1 starts at 1 s, so both are in second 1;
+    # ending 1 ns earlier, they never overlap.
+    one = (np.array([s]), np.array([1]))
+    assert peak_output_and_concurrency(np.array([0, s]), np.array([s, 2 * s]), *one) == (1.0, 2)
+    assert peak_output_and_concurrency(np.array([0, s]), np.array([s - 1, 2 * s]), *one)[1] == 1
 
 
 # --------------------------------------------------------------------------- warnings
@@ -503,6 +509,9 @@ def test_vllm_result_client_queue_keys(tmp_path, client, extra):
         assert data["mean_client_queue_time_ms"] == 15.0
 
 
+# 37 of 2,000 waiting = 1.85% <= BACKLOG_FRACTION 5% (metrics/run_warnings.py): quiet; 521 of 2,000 =
+# 26.05% > 5%: warns. The counts are simulated, as docs/outputs.md shows them; time_scale 0.3 is
+# 1/0.3 = 3.3x faster, 0.2 is 5x.
 @pytest.mark.parametrize("time_scale, waiting, warns", [(0.3, 37, False), (0.2, 521, True)])
 def test_overload_figures_docs_show(time_scale, waiting, warns):
     # docs/outputs.md: the embedded default replayed 3.3x and 5x faster.

@@ -217,5 +217,6 @@ def test_recommend_leaves_out_tps_the_heads_do_not_split(tmp_path):
     _, space, notes = build(str(model), "h100-sxm", 8, "requests=100,input=100,output=100,rate=1",
                             "ttft_ms=2000")
     assert {layout.get("aggregated", {}).get("tp") for layout in space.parameters["engine.workers"]} >= {1, 2}
+    assert {role["tp"] for layout in space.parameters["engine.workers"] for role in layout.values()} == {1, 2}
     assert any(note.startswith("TP 4, 8 left out:") and "14 attention heads" in note for note in notes)
     assert not any("memory" in note for note in notes)
