@@ -10,6 +10,9 @@ from pydantic import ValidationError
 from servesim.schema_base import StrictModel
 
 
+# The keys whose value names a variant of a discriminated union (timing kind, client mode, draft method).
+TAG_KEYS = ("kind", "mode", "method")
+
 def _format_location(loc: tuple, data: Any) -> str:
     """Dotted path of a validation error, without pydantic's union-tag steps."""
     parts: list[str] = []
@@ -21,9 +24,7 @@ def _format_location(loc: tuple, data: Any) -> str:
         elif isinstance(node, list) and isinstance(step, int) and step < len(node):
             parts.append(f"[{step}]")
             node = node[step]
-        elif isinstance(node, dict) and isinstance(step, str) and step in (
-            node.get("kind"), node.get("mode"), node.get("method"),
-        ):
+        elif isinstance(node, dict) and isinstance(step, str) and step in [node.get(k) for k in TAG_KEYS]:
             continue  # the tag pydantic inserts for a discriminated union
         elif isinstance(step, str) and (
             step[:1].isupper() or any(c in step for c in "[-,") or step in _UNION_MEMBER_WORDS

@@ -137,8 +137,9 @@ def load_config(
         model = SimulationConfig.model_validate(data, context={SCHEDULER_FAULTS: faults})
     except ValidationError as err:
         raise ServesimError(error_sentence(err, data, source, blame=log.blame)) from None
-    _check_roles(model, faults, lambda where: log.blame(where) or source)
-    return LoadedConfig(model, base_dir, source, log)
+    loaded = LoadedConfig(model, base_dir, source, log)
+    _check_roles(model, faults, loaded.source_of)
+    return loaded
 
 
 # How errors in the packaged default.yaml (reached only through overrides) name their source.

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, get_args
 
 from servesim.config import ClientConfig, TimingConfig, set_dotted
+from servesim.config.errors import TAG_KEYS
 from servesim.engine.registry import DEFAULT_BACKEND
 
 Override = tuple  # (dotted key, value) or (dotted key, value, label naming it in errors)
@@ -40,7 +41,6 @@ _TAGGED: dict[str, tuple[str, dict[str, set[str]]]] = {
     "workload.client": ("mode", _variants(ClientConfig, "mode")),
     "engine.timing": ("kind", _variants(TimingConfig, "kind")),
 }
-_TAG_KEYS = {"mode", "kind", "method"}
 
 
 @dataclass
@@ -68,7 +68,7 @@ class OverrideLog:
         parent = where.rsplit(".", 1)[0] if "." in where else ""
         for key, label in reversed(self.keys):
             # A new tag makes its variant's own keys required (or unknown).
-            if key.rsplit(".", 1)[-1] in _TAG_KEYS and parent and key.startswith(parent + "."):
+            if key.rsplit(".", 1)[-1] in TAG_KEYS and parent and key.startswith(parent + "."):
                 return label
         return None
 
@@ -88,13 +88,17 @@ def _pop(data: dict, path: str) -> None:
         node.pop(key, None)
 
 
+def _backend(data: dict) -> str:
+    engine = data.get("engine")
+    return engine.get("backend", DEFAULT_BACKEND) if isinstance(engine, dict) else DEFAULT_BACKEND
+
+
 def apply_overrides(data: dict, overrides: list[Override], source: str) -> OverrideLog:
     """Apply `overrides` to the raw config `data` in order (in place); `source` names the file."""
     log = OverrideLog()
     if not overrides:
         return log
-    engine = data.get("engine")
-    file_backend = engine.get("backend", DEFAULT_BACKEND) if isinstance(engine, dict) else DEFAULT_BACKEND
+    file_backend = _backend(data)
     for item in overrides:
         key, value = item[0], item[1]
         label = item[2] if len(item) > 2 else f"--set {key}"
@@ -108,8 +112,7 @@ def apply_overrides(data: dict, overrides: list[Override], source: str) -> Overr
             _drop_foreign_fields(data, parent, tagged[1][value], log)
     _switch_source(data, log)
     _infer_formats(data, log)
-    engine = data.get("engine")
-    new_backend = engine.get("backend", DEFAULT_BACKEND) if isinstance(engine, dict) else DEFAULT_BACKEND
+    new_backend = _backend(data)
     if new_backend != file_backend and log.covers("engine.backend"):
         from servesim.config.backend_switch import carry_schedulers
 

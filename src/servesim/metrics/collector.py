@@ -49,18 +49,18 @@ class Collector:
         # Most requests delivered by a pass got their previous token from the same pass: count
         # the gaps first and add each distinct one once.
         gaps: dict[int, int] = {}
+        firsts = 0   # measured requests' first tokens; their later tokens are counted in gaps
         singles = done.delivered
         for request in singles:
             if request.first_token_ns is None:
                 request.first_token_ns = end
+                if request.request_id >= warmup:
+                    firsts += 1
             elif request.request_id >= warmup:
                 gap = end - request.last_token_ns
                 gaps[gap] = gaps.get(gap, 0) + 1
             request.last_token_ns = end
-        # Counted apart from the loop above, which every pass runs: warm-up and --save-detailed are rare.
-        delivered = len(singles)
-        if warmup:
-            delivered -= sum(1 for request in singles if request.request_id < warmup)
+        delivered = firsts + sum(gaps.values())   # before the late gaps of a run join gaps below
         times = self.token_times
         if times is not None:
             for request in singles:

@@ -119,10 +119,8 @@ def profile_fallback_warning(timing, gpu: str, backend: str, profile_given: bool
     """Roofline timing with no fit for this GPU and backend: another one's fit is used."""
     if timing.kind != "roofline" or profile_given:
         return None
-    from servesim.timing.roofline import fitted_profile
-
     engine = get_backend(backend)
-    _, key = fitted_profile(gpu, engine.timing_profile)
+    key = timing.profile or "built-in defaults"   # the fit resolve() found for this run
     if key == engine.profile_key(gpu):
         return None
     used = "built-in default efficiencies" if key == "built-in defaults" else f"the {key!r} fit"

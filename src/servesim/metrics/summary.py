@@ -21,7 +21,6 @@ from servesim.metrics.records import RequestTable
 NS_PER_S = 1_000_000_000
 
 DEFAULT_PERCENTILES = (50.0, 90.0, 95.0, 99.0)
-PERCENTILES = DEFAULT_PERCENTILES   # the old name
 
 
 def percentile_word(q: float) -> str:
@@ -59,11 +58,14 @@ def check_percentiles(percentiles) -> tuple[float, ...]:
     return tuple(sorted(set(out)))
 
 
-def _stats(name: str, values_ms: np.ndarray, percentiles) -> dict[str, float | None]:
-    keys = ([f"mean_{name}_ms", f"median_{name}_ms", f"std_{name}_ms", f"min_{name}_ms", f"max_{name}_ms"]
+def _keys(name: str, percentiles) -> list[str]:
+    return ([f"mean_{name}_ms", f"median_{name}_ms", f"std_{name}_ms", f"min_{name}_ms", f"max_{name}_ms"]
             + [f"p{percentile_word(q)}_{name}_ms" for q in percentiles])
+
+
+def _stats(name: str, values_ms: np.ndarray, percentiles) -> dict[str, float | None]:
     if values_ms.size == 0:
-        return dict.fromkeys(keys)
+        return dict.fromkeys(_keys(name, percentiles))
     out = {
         f"mean_{name}_ms": float(values_ms.mean()),
         f"median_{name}_ms": float(np.percentile(values_ms, 50)),
@@ -77,10 +79,8 @@ def _stats(name: str, values_ms: np.ndarray, percentiles) -> dict[str, float | N
 
 
 def _hist_stats(name: str, hist: LogHistogram, percentiles) -> dict[str, float | None]:
-    keys = ([f"mean_{name}_ms", f"median_{name}_ms", f"std_{name}_ms", f"min_{name}_ms", f"max_{name}_ms"]
-            + [f"p{percentile_word(q)}_{name}_ms" for q in percentiles])
     if hist.count == 0:
-        return dict.fromkeys(keys)
+        return dict.fromkeys(_keys(name, percentiles))
     out = {f"mean_{name}_ms": hist.mean / 1e6, f"median_{name}_ms": hist.percentile(50) / 1e6,
            f"std_{name}_ms": hist.std / 1e6, f"min_{name}_ms": hist.min / 1e6, f"max_{name}_ms": hist.max / 1e6}
     for q in percentiles:

@@ -22,7 +22,7 @@ OBJECTIVE_LABELS = {
 }
 
 
-def _percentile_key(metric: str, percentile: int) -> str:
+def percentile_key(metric: str, percentile: int) -> str:
     return f"median_{metric}_ms" if percentile == 50 else f"p{percentile}_{metric}_ms"
 
 
@@ -56,7 +56,7 @@ class Judge:
         for metric, label, limit in (("ttft", "TTFT", self.slo.ttft_ms), ("tpot", "TPOT", self.slo.tpot_ms),
                                      ("e2e", "E2E", self.slo.e2e_ms)):
             if limit is not None:
-                out.append((_percentile_key(metric, self.slo.percentile), f"p{self.slo.percentile} {label}", limit))
+                out.append((percentile_key(metric, self.slo.percentile), f"p{self.slo.percentile} {label}", limit))
         return out
 
     def violations(self, row: dict) -> list[str]:
@@ -97,7 +97,7 @@ class Judge:
         goodput = -(derived["goodput_per_gpu"] or 0.0)
         throughput = -(derived["throughput_per_gpu"] or 0.0)
         # Ties (common when every candidate keeps up with the load) go to the faster for users.
-        faster = (-(derived["tok_s_per_user"] or 0.0), summary.get(_percentile_key("ttft", self.slo.percentile))
+        faster = (-(derived["tok_s_per_user"] or 0.0), summary.get(percentile_key("ttft", self.slo.percentile))
                   or 0.0)
         if isinstance(self.objective, MinGpus):
             return (group, float(summary.get("gpus") or 0), goodput, *faster)

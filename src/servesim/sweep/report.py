@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from servesim.metrics.output import AtomicFiles
-from servesim.sweep.objective import OBJECTIVE_LABELS, derived_metrics, pareto_frontier
+from servesim.sweep.objective import OBJECTIVE_LABELS, derived_metrics, pareto_frontier, percentile_key
 from servesim.sweep.runner import SweepResult
 from servesim.sweep.table import RankedRow, print_ranked
 from servesim.sweep.trials import apply_overrides
@@ -172,8 +172,7 @@ def _ranked_rows(result: SweepResult, report: Report, meeting: list[dict], top: 
     """The table's rows: the first `top` distinct figures, each with how many trials share them."""
     plan = result.plan
     pct = result.judge.slo.percentile
-    ttft_key = "median_ttft_ms" if pct == 50 else f"p{pct}_ttft_ms"
-    tpot_key = "median_tpot_ms" if pct == 50 else f"p{pct}_tpot_ms"
+    ttft_key, tpot_key = percentile_key("ttft", pct), percentile_key("tpot", pct)
     shown: dict[tuple, list] = {}   # what a row displays -> [row, trials alike]
     for row in meeting:
         s = row["summary"]

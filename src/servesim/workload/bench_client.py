@@ -25,12 +25,12 @@ from collections.abc import Iterable, Iterator
 
 from servesim.config import BenchClient
 from servesim.errors import ServesimError
+from servesim.limits import MAX_TIME_NS
 from servesim.seeds import rng_for
 from servesim.workload.trace import NS_PER_S, TraceRequest
 
 GAMMA_BLOCK = 65536
 INF = float("inf")
-MAX_ARRIVAL_NS = 1 << 62   # integer-nanosecond clocks stay well inside 64 bits
 
 
 def _number(value: float | str) -> float:
@@ -97,7 +97,7 @@ def bench_arrivals(cfg: BenchClient, requests: Iterable[TraceRequest], total: in
                    root_seed: int) -> Iterator[tuple[int, TraceRequest]]:
     """(send time in ns, request) in order: when each request reaches the semaphore, if any."""
     slowest = min(request_rate_at(cfg, 0, total), request_rate_at(cfg, total - 1, total)) if total else INF
-    if slowest != INF and total / slowest * NS_PER_S >= MAX_ARRIVAL_NS:
+    if slowest != INF and total / slowest * NS_PER_S >= MAX_TIME_NS:
         raise ServesimError(f"workload.client: {total} requests at {slowest:g} requests/s would arrive "
                             "past what integer-nanosecond time holds; raise the request rate")
     factor = _scale(cfg, total, root_seed)

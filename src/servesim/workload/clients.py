@@ -149,8 +149,9 @@ def _bench(cfg: BenchClient, requests: Iterable[TraceRequest], root_seed: int, t
         # request_rate inf: every request is due at 0 and waits for a slot, which is a closed
         # loop of max_concurrency users; run it as one, so both spellings give the same run.
         return ClosedLoop(requests, cfg.max_concurrency)
-    if total is None:
-        requests = list(requests)
+    if total is None:   # a trace: already a list, but a caller may hand any iterable
+        if not isinstance(requests, list):
+            requests = list(requests)
         total = len(requests)
     arrivals = bench_arrivals(cfg, requests, total, root_seed)
     if cfg.max_concurrency is None:
