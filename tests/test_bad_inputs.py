@@ -229,3 +229,21 @@ def test_a_trace_past_the_request_limit_is_refused_without_reading_it_whole(tmp_
     with pytest.raises(ServesimError, match="holds more than 2 requests"):
         servesim.simulate(base_config())
     assert servesim.simulate(base_config(workload__max_requests=2)).summary["completed"] == 2
+
+
+def test_the_shared_prefix_counts_towards_a_prompt_limit():
+    # Every synthetic prompt is prefix_length + input_length tokens: 60M + 50M = 110M > the
+    # 100,000,000-token limit although each part alone is under it; a 10**12 prefix alone is refused too.
+    from servesim.config import load_config
+    from servesim.errors import ServesimError
+    from servesim.limits import check_config
+
+    def cfg(prefix, length):
+        return load_config({"workload": {"synthetic": {"num_requests": 1, "input_length": length,
+                                                       "output_length": 1, "prefix_length": prefix}}}).config
+
+    check_config(cfg(40_000_000, 50_000_000), "c")   # 90M: held
+    with pytest.raises(ServesimError, match="input_length is 110,000,000 tokens"):
+        check_config(cfg(60_000_000, 50_000_000), "c")
+    with pytest.raises(ServesimError, match="prefix_length is 1,000,000,000,000 tokens"):
+        check_config(cfg(10**12, 1), "c")

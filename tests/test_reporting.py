@@ -532,3 +532,26 @@ def test_readme_mooncake_example_warns():
     result = servesim.simulate(trace=trace, overrides=[("workload.format", "mooncake")])
     assert result.warnings[0].startswith("the offered load exceeds what the deployment serves: when the last "
                                          "request arrived (at 3,537.0 s), 8,544 of the 12,031 requests served")
+
+
+def test_a_ramp_up_behind_max_concurrency_is_not_a_closed_loop():
+    # vLLM's ramp-up sends at rising rates (request_rate must then be inf); a max_concurrency
+    # semaphore in front does not make it a closed loop, so the overload rule still applies.
+    from servesim.config import BenchClient
+    from servesim.metrics.run_warnings import is_closed_loop
+
+    ramp = BenchClient(mode="bench", ramp_up_strategy="linear", ramp_up_start_rps=1, ramp_up_end_rps=50,
+                       max_concurrency=8)
+    assert not is_closed_loop(ramp)
+    assert is_closed_loop(BenchClient(mode="bench", request_rate="inf", max_concurrency=8))
+    assert not is_closed_loop(BenchClient(mode="bench", request_rate="inf"))
+
+
+def test_kv_offload_says_the_reference_engine_ran():
+    # cluster/fleet.py runs the exact KV cache and scheduler for a role with kv_offload.
+    from servesim.config import load_config
+    from servesim.metrics.run_info import engine_choice
+
+    cfg = load_config(None, [("engine.workers.aggregated.kv_offload", {"host_gb": 10.0, "bandwidth_gb_s": 50.0})]).config
+    assert engine_choice(cfg, False, False)[0] == "reference"
+    assert engine_choice(load_config(None).config, False, False)[0] == "fast"

@@ -81,11 +81,14 @@ def check_config(cfg: Any, source: str) -> None:
     if synthetic is not None:
         count = min(synthetic.num_requests, workload.max_requests or synthetic.num_requests)
         check_request_count(count, f"{source}: workload.synthetic.num_requests")
-        mean_tokens = 0.0
+        prefix = synthetic.prefix_length   # every prompt is the shared prefix plus its own input_length
+        check_tokens(prefix, f"{source}: workload.synthetic.prefix_length")
+        mean_tokens = float(prefix)
         for name in ("input_length", "output_length"):
             length = getattr(synthetic, name)
             if length is not None:
-                check_tokens(length if isinstance(length, int) else length.max,
+                longest = length if isinstance(length, int) else length.max
+                check_tokens(longest + (prefix if name == "input_length" else 0),
                              f"{source}: workload.synthetic.{name}")
                 mean_tokens += length if isinstance(length, int) else (length.min + length.max) / 2
         check_total_tokens(count * mean_tokens, f"{source}: workload.synthetic")

@@ -15,6 +15,8 @@ def engine_choice(config, pass_log: bool, token_times: bool) -> tuple[str, str]:
         return "reference", "a pass log was asked for (--passes): it lists every request of every pass"
     if token_times:
         return "reference", "per-request token times were asked for (--save-detailed)"
+    if any(role.kv_offload is not None for role in config.engine.roles().values()):
+        return "reference", "KV offload runs the exact KV cache (cluster/fleet.py: host-tier keys must be exact)"
     if any(role.speculative is not None for role in config.engine.roles().values()):
         return "reference", "speculative decoding runs the per-request engine (no lockstep decode group)"
     return "fast", "the default (the reference engine gives the same results, more slowly)"

@@ -7,7 +7,6 @@ so they cost one numpy pass over the requests and change no simulated number.
 
 from __future__ import annotations
 
-import math
 
 import numpy as np
 
@@ -74,14 +73,10 @@ def rejection_warning(counts: dict[str, int], total: int, roles, backend: str) -
 
 def is_closed_loop(client) -> bool:
     """A client whose next request waits for an earlier one to finish: it cannot overload."""
-    if client.mode == "closed_loop":
-        return True
-    rate = getattr(client, "request_rate", None)
-    try:
-        return client.mode == "bench" and rate is not None and math.isinf(float(rate)) \
-            and getattr(client, "max_concurrency", None) is not None
-    except (TypeError, ValueError):
-        return False
+    from servesim.workload.bench_client import is_closed_loop as bench_is_closed_loop
+
+    # A bench client with a ramp-up sends at rising rates, even behind max_concurrency: not a closed loop.
+    return client.mode == "closed_loop" or (client.mode == "bench" and bench_is_closed_loop(client))
 
 
 def backlog_at_last_arrival(records: RequestTable) -> tuple[int, int, int]:

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from servesim.metrics.records import RequestTable
+from servesim.metrics.run_warnings import is_closed_loop
 from servesim.metrics.summary import percentile_word
 
 VLLM_VERSION = "0.32.0"
@@ -114,7 +115,7 @@ def build_result(summary: dict, records: RequestTable, config, model_id: str, pe
     rate, burstiness, max_concurrency, ramp = _traffic(config.workload.client)
     if rate is None:
         rate = _offered_rate(arrival)
-    closed = max_concurrency is not None and rate == "inf"
+    closed = is_closed_loop(config.workload.client)
     # vLLM's client queue: waiting for the max_concurrency semaphore. With request_rate inf every
     # request is due at the start, so a closed loop's queue time is its send time.
     queue_s = (arrival - origin) / 1e9 if closed else np.zeros(len(ids))
