@@ -20,8 +20,10 @@ def test_row_text_by_hand(run):
     r = run([{"timestamp": 0.0, "input_length": 100, "output_length": 3},
              {"timestamp": 2.5, "input_length": 50, "output_length": 2}], async_scheduling=False)
     lines = _csv(r.result).splitlines()
-    assert lines[1] == "0,0,10,30,100,3,0,0,aggregated-0,10,30,10,0,3,ok,,,,0,0,,"
-    assert lines[2] == "1,2.5,20,30,50,2,0,0,aggregated-0,17.5,27.5,10,10,2,ok,,,,0,0,,"
+    # TTFT parts (fixed timing: no request path): request 0 path 0, queue 0, prefill 10;
+    # request 1 waits 10 - 2.5 = 7.5 for its first pass, then prefills 10; no transfer.
+    assert lines[1] == "0,0,10,30,100,3,0,0,aggregated-0,10,30,10,0,3,ok,,,,0,0,,,0,0,10,"
+    assert lines[2] == "1,2.5,20,30,50,2,0,0,aggregated-0,17.5,27.5,10,10,2,ok,,,,0,0,,,0,7.5,10,"
 
 
 def test_chunks_write_the_same_rows_as_the_records(run):

@@ -71,11 +71,18 @@ def check_config(cfg: Any, source: str) -> None:
         if value is not None and value > MAX_PER_TOKEN_MS:
             raise ServesimError(f"{source}: engine.timing.{name} is {value:g} ms; servesim's limit is "
                                 f"{MAX_PER_TOKEN_MS:,.0f} ms per token or request")
+    path = cfg.engine.request_path
     for where, value in (("engine.tokenization_ms", cfg.engine.tokenization_ms),
-                         ("engine.kv_transfer.latency_ms", cfg.engine.kv_transfer.latency_ms)):
-        if value > MAX_PASS_MS:
+                         ("engine.kv_transfer.latency_ms", cfg.engine.kv_transfer.latency_ms),
+                         *((f"engine.request_path.{name}", getattr(path, name))
+                           for name in ("http_ms", "to_engine_ms", "broadcast_ms", "output_ms"))):
+        if value is not None and value > MAX_PASS_MS:
             raise ServesimError(f"{source}: {where} is {value:g} ms; servesim's limit is {MAX_PASS_MS:,.0f} ms "
                                 "(one hour)")
+    per_token = path.tokenizer_us_per_token
+    if per_token is not None and per_token > MAX_PER_TOKEN_MS * 1e3:
+        raise ServesimError(f"{source}: engine.request_path.tokenizer_us_per_token is {per_token:g} µs; "
+                            f"servesim's limit is {MAX_PER_TOKEN_MS * 1e3:,.0f} µs per token")
     workload = cfg.workload
     synthetic = workload.synthetic
     if synthetic is not None:

@@ -21,7 +21,7 @@ from servesim.metrics.records import RequestTable
 from servesim.metrics.run_info import engine_choice
 from servesim.metrics.run_report import report_run
 from servesim.metrics.summary import DEFAULT_PERCENTILES, check_percentiles, summarize
-from servesim.config.resolution import ResolvedRun, resolve
+from servesim.config.resolution import ResolvedRun, resolve, run_request_path
 from servesim.workload.clients import make_client
 from servesim.workload.prompt import PrefixInterner
 from servesim.workload.synthetic import content_block_size, generate, synthetic_count
@@ -103,7 +103,7 @@ def simulate(
     client = make_client(cfg.workload.client, requests, cfg.seed, total=synthetic_count(cfg.workload))
 
     collector = Collector(pass_log, cfg.workload.warmup_requests, token_times=detailed)
-    sim = Simulation(client, round(cfg.engine.tokenization_ms * 1e6), collector)
+    sim = Simulation(client, run_request_path(run), collector)
     # The pass log lists every request of every pass, which the fast engine does not visit.
     use_reference = cfg.engine.reference or pass_log is not None or detailed
     sim.roles = build_roles(cfg, run.deployments, sim, sim.on_pass_done, use_reference)

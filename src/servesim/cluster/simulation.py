@@ -26,6 +26,7 @@ from servesim.cluster.fleet import RequestFactory, Role
 from servesim.cluster.router import Router
 from servesim.engine.passes import ScheduledPass
 from servesim.engine.request import Request, Status
+from servesim.engine.request_path import RequestPath
 from servesim.errors import ServesimError
 from servesim.engine.worker import Worker
 from servesim.metrics.collector import Collector
@@ -38,11 +39,11 @@ ProgressFn = Callable[[int, int], None]  # (simulated ns, requests done)
 
 
 class Simulation:
-    def __init__(self, client: Client, tokenization_ns: int, collector: Collector) -> None:
+    def __init__(self, client: Client, request_path: RequestPath, collector: Collector) -> None:
         self._heap: list = []
         self._seq = 0
         self.client = client
-        self.tokenization_ns = tokenization_ns
+        self.request_path = request_path   # the API server's time before and after the engine
         self.collector = collector
         self.roles: dict[str, Role] = {}
         self.routers: dict[str, Router] = {}
@@ -117,7 +118,7 @@ class Simulation:
             self.push(nxt[0], FRONTEND_ARRIVAL, self._on_feed_arrival, nxt[1])
 
     def _on_frontend_arrival(self, now: int, trace_request: TraceRequest) -> None:
-        engine_arrival = now + self.tokenization_ns
+        engine_arrival = now + self.request_path.inbound_ns(trace_request.input_length)
         if self.disaggregation is not None:
             self.disaggregation.on_arrival(now, engine_arrival, trace_request)
             return
@@ -167,6 +168,14 @@ class Simulation:
             self.disaggregation.after_pass(worker, done.end_ns)
 
     def complete(self, request: Request, now: int) -> None:
+        outbound = self.request_path.outbound_ns
+        if outbound and request.first_token_ns is not None:
+            # The client reads each token the output path's time after the engine sends it, the
+            # last one too: a closed-loop user sends its next request only then.
+            request.outbound_ns = outbound
+            request.first_token_ns += outbound
+            request.finish_ns += outbound
+            now += outbound
         self.requests_done += 1
         self.collector.on_request_done(request)
         follow = self.client.on_complete(now)

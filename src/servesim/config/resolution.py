@@ -8,6 +8,7 @@ from pathlib import Path
 from servesim.config import LoadedConfig, RooflineTiming, SimulationConfig
 from servesim.cluster.fleet import check_fleet_size
 from servesim.engine.registry import get_backend
+from servesim.engine.request_path import RequestPath, request_path_for
 from servesim.errors import ServesimError
 from servesim.hardware import GpuSpec, resolve_gpu
 from servesim.hardware.deployment import Deployment
@@ -74,3 +75,14 @@ def resolve(loaded: LoadedConfig) -> ResolvedRun:
         lengths_path = lengths_path.resolve()
         synthetic.lengths_from = str(lengths_path)
     return ResolvedRun(config, model, gpu, deployments, trace_path, loaded.source, lengths_path)
+
+
+def run_request_path(run: ResolvedRun) -> RequestPath:
+    """The request path of the run: its costs on the role that first takes a request (the prefill
+    pool under disaggregation) and the model's tokenizer."""
+    cfg = run.config
+    roles = cfg.engine.roles()
+    first = roles.get("prefill") or roles.get("aggregated") or next(iter(roles.values()))
+    return request_path_for(cfg.engine.request_path, get_backend(cfg.engine.backend).request_path,
+                            cfg.engine.timing.kind, first.tp * first.attention_dp, run.model.tokenizer,
+                            cfg.engine.tokenization_ms)

@@ -212,11 +212,29 @@ class RouterConfig(StrictModel):
     seed: NonNegativeInt | None = None   # null: derived from the root seed
 
 
+class RequestPathConfig(StrictModel):
+    """engine.request_path: the API server's costs around the passes (docs/modeling/request_path.md)."""
+
+    # null: on with the roofline and aic step times, off with fixed and polynomial ones (their
+    # runs are hand-checked and count every nanosecond themselves).
+    enabled: bool | None = None
+    # Each null takes the engine's own cost (engine/<backend>/backend.py).
+    http_ms: NonNegativeFloat | None = None
+    to_engine_ms: NonNegativeFloat | None = None
+    broadcast_ms: NonNegativeFloat | None = None
+    output_ms: NonNegativeFloat | None = None
+    # null: the model's tokenizer family's cost (engine/request_path.py).
+    tokenizer_us_per_token: NonNegativeFloat | None = None
+
+
 class EngineConfig(StrictModel):
     backend: BackendName = DEFAULT_BACKEND
     # The upstream version of the backend to follow; null: the newest it models (engine/registry.py).
     version: str | None = None
-    tokenization_ms: NonNegativeFloat = 0.0
+    # A fixed tokenization time in place of the request path's per-token one (kept from before
+    # the request path existed; with the path off it is the only frontend cost).
+    tokenization_ms: NonNegativeFloat | None = None
+    request_path: RequestPathConfig = Field(default_factory=RequestPathConfig)
     timing: TimingConfig = Field(default_factory=lambda: RooflineTiming(kind="roofline"))
     workers: WorkersConfig = Field(default_factory=WorkersConfig)
     kv_transfer: KvTransferConfig = Field(default_factory=KvTransferConfig)

@@ -15,6 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
+from servesim.engine.request_path import RequestPathCosts
+
 # The neutral names of the settings every engine has under its own name, in the order
 # an unknown key's counterpart is looked up (SGLang's chunked_prefill_size is both a
 # token budget and the chunking switch; the budget comes first).
@@ -120,6 +122,8 @@ class Backend:
     kv_offload: bool = True            # a host-memory tier under the prefix cache is modelled
     timing_profile: str = ""           # fitted roofline profiles are keyed "<gpu>/<timing_profile>"
     aic_backend: str | None = None     # aiconfigurator-core's name for the engine (timing kind aic)
+    # Its API server's costs around the passes (engine/request_path.py; None: not modelled).
+    request_path: RequestPathCosts | None = None
 
     @property
     def newest_version(self) -> str:

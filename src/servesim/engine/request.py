@@ -38,6 +38,8 @@ class Request:
         "worker", "route",
         # prefill/decode disaggregation (cluster/disaggregation.py)
         "handoff", "hold_kv", "prefill_worker", "transfer_start_ns", "transfer_end_ns", "transfer_bytes",
+        # the request path's time from the engine's output to the client (engine/request_path.py)
+        "outbound_ns",
     )
 
     def __init__(
@@ -89,6 +91,7 @@ class Request:
         self.transfer_start_ns: int | None = None
         self.transfer_end_ns: int | None = None
         self.transfer_bytes = 0
+        self.outbound_ns = 0
 
     @property
     def num_tokens(self) -> int:

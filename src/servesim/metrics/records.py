@@ -16,7 +16,7 @@ REQUEST_COLUMNS = (
     "cached_tokens", "preemptions", "worker", "ttft_ms", "e2e_ms",
     "tpot_ms", "first_scheduled_ms", "requested_output_length", "status",
     "prefill_worker", "transfer_start_ms", "transfer_end_ms", "transfer_bytes", "host_cached_tokens",
-    "trace_request_id", "error",
+    "trace_request_id", "error", "request_path_ms", "queue_ms", "prefill_ms", "transfer_ms",
 )
 STATUSES = ("ok", "length_capped", "rejected")
 _NONE = -1
@@ -94,7 +94,7 @@ class RequestTable:
     _INT_COLUMNS = ("request_id", "arrival_ns", "first_token_ns", "finish_ns", "input_length",
                     "output_length", "cached_tokens", "preemptions", "first_scheduled_ns",
                     "requested_output_length", "transfer_start_ns", "transfer_end_ns", "transfer_bytes",
-                    "host_cached_tokens")
+                    "host_cached_tokens", "engine_arrival_ns", "outbound_ns")
 
     def __init__(self) -> None:
         for name in self._INT_COLUMNS:
@@ -133,6 +133,8 @@ class RequestTable:
         self.transfer_end_ns.append(_NONE if request.transfer_end_ns is None else request.transfer_end_ns)
         self.transfer_bytes.append(request.transfer_bytes)
         self.host_cached_tokens.append(request.host_cached_tokens)
+        self.engine_arrival_ns.append(request.engine_arrival_ns)
+        self.outbound_ns.append(request.outbound_ns)
         self.status.append(status_of(request))
         self._order = None
 
@@ -204,6 +206,24 @@ class RequestTable:
         for begin in range(0, len(order), chunk):
             self._write_rows(fh, order[begin:begin + chunk])
 
+    @staticmethod
+    def _ttft_parts(ints, first: np.ndarray, arrival: np.ndarray) -> tuple[np.ndarray, ...]:
+        """TTFT in four parts that add up to it: the request path (in and out), the wait for the
+        first pass that schedules the request, its prefill (to the first token leaving the
+        engine; under disaggregation to the handoff), and the KV transfer with the decode
+        worker's first pass. A part that does not apply is blank (-1 here)."""
+        engine_arrival, outbound = ints("engine_arrival_ns"), ints("outbound_ns")
+        scheduled, transfer = ints("first_scheduled_ns"), ints("transfer_start_ns")
+        started, handed = first != _NONE, transfer != _NONE
+        engine_first = first - outbound
+        path = engine_arrival - arrival + np.where(started, outbound, 0)
+        was_scheduled = scheduled != _NONE
+        queue = np.where(was_scheduled, scheduled - engine_arrival, _NONE)
+        prefill_end = np.where(handed, transfer, engine_first)
+        prefill = np.where(started & was_scheduled, prefill_end - scheduled, _NONE)
+        transferred = np.where(started & handed, engine_first - transfer, _NONE)
+        return path, queue, prefill, transferred
+
     def _write_rows(self, fh: TextIO, order: np.ndarray) -> None:
         def ints(name: str) -> np.ndarray:
             return self.column(name)[order]
@@ -249,5 +269,6 @@ class RequestTable:
             [names[i] for i in self.column("prefill_worker")[order].tolist()],
             times(ints("transfer_start_ns")), times(ints("transfer_end_ns")),
             plain(ints("transfer_bytes")), plain(ints("host_cached_tokens")), trace_ids, errors,
+            *(times(part) for part in self._ttft_parts(ints, first, arrival)),
         )
         fh.writelines(",".join(row) + "\n" for row in zip(*columns))

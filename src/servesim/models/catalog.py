@@ -26,6 +26,8 @@ class ModelSpec:
     hf_ids: tuple[str, ...]
     config: dict[str, Any]
     source: str = ""
+    # The tokenizer family the servers load for it (engine/request_path.py prices it per token).
+    tokenizer: str = "hf-fast"
 
     @cached_property
     def arch(self) -> Architecture:
@@ -48,7 +50,8 @@ def _catalog() -> dict[str, ModelSpec]:
         if not entry.name.endswith(".json"):
             continue
         raw = json.loads(entry.read_text())
-        spec = ModelSpec(raw["name"], tuple(raw.get("hf_ids", ())), raw["config"], raw.get("source", ""))
+        spec = ModelSpec(raw["name"], tuple(raw.get("hf_ids", ())), raw["config"], raw.get("source", ""),
+                         raw.get("tokenizer", "hf-fast"))
         specs[spec.name] = spec
     return specs
 

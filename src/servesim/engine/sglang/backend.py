@@ -5,6 +5,7 @@ from __future__ import annotations
 from servesim.engine.backend import Backend, carry_as, carry_as_not
 from servesim.engine.sglang.config import SglangSchedulerConfig
 from servesim.engine.sglang.defaults import resolve_scheduler
+from servesim.engine.request_path import RequestPathCosts
 
 
 def make_scheduler(sched: SglangSchedulerConfig, kv, reference: bool):
@@ -68,6 +69,9 @@ SGLANG = Backend(
     sweep_knobs=("max_running_requests", "chunked_prefill_size", "context_length"),
     kv_full_sequence_admission=False,   # SGLang budgets admission itself (its new-token ratio)
     kv_offload=True,                    # HiCache
+    # SGLang 0.5: TokenizerManager → Scheduler.recv_requests (ZMQ), broadcast_pyobj to the TP
+    # ranks, DetokenizerManager's two extra hops out (docs/modeling/request_path.md).
+    request_path=RequestPathCosts(http_ms=0.5, to_engine_ms=0.2, broadcast_ms=0.5, output_ms=0.4),
     timing_profile="sglang",
     aic_backend="sglang",
 )

@@ -5,6 +5,7 @@ from __future__ import annotations
 from servesim.engine.backend import Backend, carry_as, carry_as_not
 from servesim.engine.trtllm.config import TrtllmSchedulerConfig
 from servesim.engine.trtllm.defaults import resolve_scheduler
+from servesim.engine.request_path import RequestPathCosts
 
 
 def make_scheduler(sched: TrtllmSchedulerConfig, kv, reference: bool):
@@ -72,6 +73,10 @@ TRTLLM = Backend(
     rejection_text=rejection_text,
     rejection_summary=rejection_summary,
     kv_offload=False,
+    # TensorRT-LLM 1.x trtllm-serve: OpenAIServer, GenerationExecutorProxy → worker (ZMQ),
+    # ExecutorRequestQueue's broadcast to the ranks, the response path back
+    # (docs/modeling/request_path.md).
+    request_path=RequestPathCosts(http_ms=1.0, to_engine_ms=0.3, broadcast_ms=0.5, output_ms=0.4),
     timing_profile="trtllm",
     aic_backend="trtllm",
 )

@@ -6,6 +6,7 @@ from servesim.engine.backend import Backend, carry_as
 from servesim.engine.vllm.config import VllmSchedulerConfig
 from servesim.engine.vllm.defaults import resolve_scheduler
 from servesim.errors import ServesimError
+from servesim.engine.request_path import RequestPathCosts
 
 
 def make_scheduler(sched: VllmSchedulerConfig, kv, reference: bool):
@@ -78,6 +79,10 @@ VLLM = Backend(
     kv_watermark_blocks=_watermark_blocks,
     check_role=_check_role,
     kv_offload=True,
+    # vLLM 0.32: OpenAIServingCompletion.create_completion, AsyncLLM.add_request and
+    # InputProcessor.process_inputs, AsyncMPClient → EngineCoreProc over ZMQ; the engine core
+    # hands requests to its workers itself, inside the pass (docs/modeling/request_path.md).
+    request_path=RequestPathCosts(http_ms=0.5, to_engine_ms=0.3, broadcast_ms=0.0, output_ms=0.3),
     timing_profile="vllm",
     aic_backend="vllm",
 )
