@@ -144,6 +144,18 @@ def sglang_recv_interval(row: Row) -> int:
     return 10 if row.concurrency < 16 else 30
 
 
+def trtllm_batch_wait(row: Row) -> dict:
+    """The batch-waiting settings of the row's TensorRT-LLM server. InferenceX's Llama-3.1-70B
+    launch script (read for fp4 on B200) writes `batch_wait_timeout_iters: 20` and
+    `batch_wait_max_tokens_ratio: 0.9` for 1k/1k at TP < 8, with `--max_num_tokens 16384`.
+    The rows of that sweep at that shape (fp8 and H200 ones too, from the same dated file)
+    are taken to share it; every other row keeps the defaults (no waiting)."""
+    if (row.backend == "trtllm" and row.model == "llama-3.1-70b" and from_inferencemax(row.raw)
+            and row.isl == 1024 and row.osl == 1024 and row.tp < 8 and row.attention_dp == 1):
+        return {"batch_wait_timeout_iters": 20, "batch_wait_max_tokens_ratio": 0.9, "max_num_tokens": 16384}
+    return {}
+
+
 def scheduler_settings(backend: str, batch: int, max_len: int, recv_interval: int = 1) -> dict:
     """The recipe's limits in each backend's own settings: batch cap, 8192-token iterations
     (or the batch, if larger), no prefix cache (the benchmark's prompts are random)."""
@@ -183,6 +195,7 @@ def row_config(row: Row, requests_per_user: int = 10, profile: str | None = None
         per_rank = max(row.batch_size, -(-row.concurrency // row.attention_dp))
         workers = {"aggregated": _role(RoleShape(1, row.tp, row.attention_dp, row.ep, per_rank),
                                        row.backend, max_len, recv)}
+        workers["aggregated"]["scheduler"].update(trtllm_batch_wait(row))
     return {
         "model": row.model,
         "gpu": row.gpu,

@@ -205,3 +205,34 @@ def test_sglang_decode_worker_has_no_radix_cache_by_default(run):
     r = run(rows, config_extra={**_sglang_pd(reserve=0, decode_tokens=200, disable_radix_cache=False),
                                 "workload.trace_block_size": 16})
     assert r.by_id[1].transfer_bytes == 8 * 131_072
+
+
+def _busy_decode_handoff(run, admission=None, decode_async=True):
+    # Request 0 (100 prompt, 10 output) at 0: prefill [0,10), transfer [10, 25.1072); the decode
+    # worker, idle, admits it at 25.1072: its first token [25.1072, 35.1072), then a token every
+    # 10 ms. Request 1 (100 prompt) at 12: prefill [12,22), transfer [22, 37.1072), landing while
+    # the decode pass [35.1072, 45.1072) runs.
+    rows = [{"timestamp": 0.0, "input_length": 100, "output_length": 10},
+            {"timestamp": 12.0, "input_length": 100, "output_length": 2}]
+    transfer = {} if admission is None else {"handoff_admission": admission}
+    return run(rows, config_extra=_pd(decode={"async_scheduling": decode_async}, transfer=transfer))
+
+
+def test_handoff_joins_a_busy_decode_workers_next_pass(run):
+    # Synchronous: the call at 45.1072 admits request 1: first token [45.1072, 55.1072), TTFT
+    # 55.1072 - 12 = 43.1072. Async scheduling gives the same by default (the contract).
+    sync = _busy_decode_handoff(run, decode_async=False)
+    asyn = _busy_decode_handoff(run)
+    assert sync.by_id[1].transfer_end_ns == asyn.by_id[1].transfer_end_ns == 37_107_200
+    assert sync.ttft_ms(1) == pytest.approx(43.1072)
+    assert asyn.ttft_ms(1) == pytest.approx(43.1072)
+    assert asyn.by_id[0].finish_ns == sync.by_id[0].finish_ns == 125_107_200   # 25.1072 + 10 passes of 10
+
+
+def test_handoff_after_the_committed_pass_as_vllm_033(run):
+    # vLLM 0.33 under async scheduling: [45.1072, 55.1072) was committed at 35.1072, before the
+    # handoff landed, so request 1 joins the pass after it: [55.1072, 65.1072), TTFT 53.1072.
+    late = _busy_decode_handoff(run, admission="after_committed")
+    assert late.ttft_ms(1) == pytest.approx(53.1072)
+    # Without async scheduling the setting changes nothing.
+    assert _busy_decode_handoff(run, "after_committed", decode_async=False).ttft_ms(1) == pytest.approx(43.1072)

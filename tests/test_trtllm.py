@@ -84,3 +84,51 @@ def test_block_reuse_serves_a_repeated_prefix(tmp_path):
     assert run.by_id[1].cached_tokens == 32
     off = trtllm(tmp_path, rows, enable_block_reuse=False)
     assert off.by_id[1].cached_tokens == 0
+
+
+def _batch_wait_rows():
+    # Request 0 (40 prompt, 8 output) at 0; request 1 (30 prompt, 2 output) at 15, while request
+    # 0 generates. Fixed 10 ms iterations, no overlap.
+    return [{"timestamp": 0.0, "input_length": 40, "output_length": 8},
+            {"timestamp": 15.0, "input_length": 30, "output_length": 2}]
+
+
+def test_batch_waiting_holds_a_context_while_others_generate(tmp_path):
+    # Iterations: [0,10) request 0's context; [10,20) its token 2; at 20 request 1 is waiting
+    # with request 0 generating: held for 3 iterations ([20,30), [30,40), [40,50): the count
+    # goes 1, 2, 3), released at the 4th (count 3 >= 3): [50,60) has its context with request
+    # 0's token 6. TTFT 60 - 15 = 45 ms, against 15 ms (its context in [20,30)) without waiting.
+    # Ratio 0.9: 31 tokens never reach 230.4. With the ratio at its default 0, every iteration's
+    # tokens reach it, so the timeout alone holds nothing (as upstream).
+    sched = {"max_batch_size": 8, "max_num_tokens": 256, "max_tokens": 4096, "max_seq_len": 512,
+             "disable_overlap_scheduler": True}
+    waits = run_backend(tmp_path, _batch_wait_rows(), "trtllm",
+                        {**sched, "batch_wait_timeout_iters": 3, "batch_wait_max_tokens_ratio": 0.9})
+    plain = run_backend(tmp_path, _batch_wait_rows(), "trtllm", sched)
+    timeout_only = run_backend(tmp_path, _batch_wait_rows(), "trtllm", {**sched, "batch_wait_timeout_iters": 3})
+    assert plain.ttft_ms(1) == timeout_only.ttft_ms(1) == 15
+    assert waits.ttft_ms(1) == 45
+    assert waits.schedule()[2:6] == [{0: 1}, {0: 1}, {0: 1}, {0: 1, 1: 30}]
+    assert waits.by_id[0].finish_ns == plain.by_id[0].finish_ns == 80_000_000
+    fast = run_backend(tmp_path, _batch_wait_rows(), "trtllm",
+                       {**sched, "batch_wait_timeout_iters": 3, "batch_wait_max_tokens_ratio": 0.9}, fast=True)
+    assert list(fast.result.requests) == list(waits.result.requests)
+
+
+def test_batch_waiting_ends_at_the_token_ratio(tmp_path):
+    # Ratio 0.1 of 256 = 25.6 tokens: request 1's 30 prompt tokens + 1 generation token reach
+    # it at once, so nothing is held (TTFT 15); at ratio 0.2 (51.2) it waits out the timeout.
+    sched = {"max_batch_size": 8, "max_num_tokens": 256, "max_tokens": 4096, "max_seq_len": 512,
+             "disable_overlap_scheduler": True, "batch_wait_timeout_iters": 3}
+    assert run_backend(tmp_path, _batch_wait_rows(), "trtllm",
+                       {**sched, "batch_wait_max_tokens_ratio": 0.1}).ttft_ms(1) == 15
+    assert run_backend(tmp_path, _batch_wait_rows(), "trtllm",
+                       {**sched, "batch_wait_max_tokens_ratio": 0.2}).ttft_ms(1) == 45
+
+
+def test_batch_waiting_never_holds_without_generation(tmp_path):
+    # An idle engine takes a context at once (upstream: no generation requests, no wait).
+    rows = [{"timestamp": 0.0, "input_length": 40, "output_length": 2}]
+    sched = {"max_batch_size": 8, "max_num_tokens": 256, "max_tokens": 4096, "max_seq_len": 512,
+             "disable_overlap_scheduler": True, "batch_wait_timeout_iters": 50, "batch_wait_max_tokens_ratio": 0.9}
+    assert run_backend(tmp_path, rows, "trtllm", sched).ttft_ms(0) == 10

@@ -68,7 +68,8 @@ def run_rows(tmp_path: Path, rows: list[dict], pass_ms: float = 10.0, client: di
 
 
 def run_backend(tmp_path: Path, rows: list[dict], backend: str, scheduler: dict, pass_ms: float = 10.0,
-                client: dict | None = None, role: dict | None = None, trace_block_size: int = 16) -> Run:
+                client: dict | None = None, role: dict | None = None, trace_block_size: int = 16,
+                fast: bool = False) -> Run:
     """Rows through `backend` with exactly the scheduler settings given (fixed pass time)."""
     trace = write_trace(tmp_path / f"trace-{backend}.jsonl", rows)
     config = {
@@ -77,6 +78,8 @@ def run_backend(tmp_path: Path, rows: list[dict], backend: str, scheduler: dict,
         "workload": {"trace": str(trace), "format": "mooncake", "trace_block_size": trace_block_size,
                      "client": client or {"mode": "open_loop"}},
     }
+    if fast:   # the fast engine: no pass log
+        return Run(servesim.simulate(config), [])
     log = io.StringIO()
     result = servesim.simulate(config, pass_log=log)
     return Run(result, [json.loads(line) for line in log.getvalue().splitlines()])

@@ -41,6 +41,7 @@ class Disaggregation:
         self.bytes_per_s = per_gpu_gb_s * 1e9 * min(prefill.gpus, decode.gpus)
         self.latency_ns = round(cfg.latency_ms * 1e6)
         self.first_token_from = cfg.first_token_from
+        self.handoff_admission = cfg.handoff_admission
         self.kv_bytes_per_token = prefill.arch.kv_bytes_per_token(prefill.kv_bytes)
         self.pending: dict[str, deque] = {}
         self._transfers_due: list[int] = []   # end times of the transfers in flight (a heap)

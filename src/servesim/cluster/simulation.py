@@ -195,6 +195,8 @@ class Simulation:
                 # worker between its passes too, and a run in flight cannot take those in.
                 worker.late_follow = (worker.async_scheduling and worker.scheduler.commits_follow_late
                                       and self.disaggregation is None)
+                worker.commit_at_pass_end = (self.disaggregation is not None and role is self.roles.get("decode")
+                                             and self.disaggregation.handoff_admission == "next_pass")
         self._feed = self.client.initial()
         self._push_next_feed()
         heap = self._heap

@@ -65,6 +65,7 @@ class RooflineTiming(StrictModel):
     pass_overhead_ms: NonNegativeFloat | None = None
     per_layer_overhead_us: NonNegativeFloat | None = None
     per_request_ms: NonNegativeFloat | None = None
+    expert_efficiency: Annotated[float, Field(gt=0, le=1)] | None = None
 
 
 class AicTiming(StrictModel):
@@ -203,6 +204,10 @@ class KvTransferConfig(StrictModel):
     # transfer (vLLM's and SGLang's P/D serving paths, docs/modeling/disaggregation.md), or
     # as soon as the prefill worker produces it.
     first_token_from: Literal["prefill", "decode"] = "decode"
+    # When a decode worker under async scheduling admits a handoff: at its next pass, as with
+    # async scheduling off (servesim's scheduling contract), or in the first pass it commits
+    # after the handoff lands, one pass later while a pass is committed (vLLM 0.33 itself).
+    handoff_admission: Literal["next_pass", "after_committed"] = "next_pass"
 
 
 class RouterConfig(StrictModel):

@@ -70,6 +70,10 @@ class Worker:
         # Async runs may commit their follow-up pass at their second-to-last pass end (see
         # _fast_forward); set by the simulation where only arrivals can reach a worker then.
         self.late_follow = False
+        # A decode worker under disaggregation admits a handoff at its next pass, as with
+        # async scheduling off (docs/modeling/disaggregation.md): under async scheduling it
+        # commits each follow-up pass at the end of the pass before it, not as that one starts.
+        self.commit_at_pass_end = False
 
     # ------------------------------------------------------------------ events
 
@@ -112,6 +116,11 @@ class Worker:
 
     def on_pass_end(self, now: int, done: ScheduledPass) -> None:
         self.executing = None
+        if self.commit_at_pass_end and self.async_scheduling:
+            # Decided with `done` still unprocessed, as at its start, but seeing what came since.
+            follow = self._schedule()
+            if follow:
+                self.queued = follow
         self.scheduler.update_from_output(done)
         self.on_pass_done(self, done)
         call_at = now
@@ -153,6 +162,10 @@ class Worker:
             if call_at != now:   # a run whose follow-up pass is committed late
                 self._request_call(call_at)
                 return
+            if self.commit_at_pass_end:
+                return
+        elif self.commit_at_pass_end:
+            return
         elif scheduler.reads_every_call or self._reads_arrivals(self.executing):
             self._read_intake(now, inclusive=False)
         follow = self._schedule()

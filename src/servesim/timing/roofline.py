@@ -52,6 +52,9 @@ class RooflineProfile:
     pass_overhead_ms: float = 1.5      # per pass: scheduling, launches, synchronisation
     per_layer_overhead_us: float = 10.0  # per layer: norms, rotary, activations, small kernels
     per_request_ms: float = 0.010      # per request in the pass: input prep, sampling
+    # Routed experts' grouped GEMMs (fused-MoE kernels: per-expert tiles, token permutation,
+    # scales) reach this fraction of the dense GEMMs' throughput at the same rows per expert.
+    expert_efficiency: float = 1.0
 
     @classmethod
     def from_dict(cls, data: dict) -> RooflineProfile:
@@ -109,7 +112,7 @@ class RooflineTimingModel(TimingModel):
         gpu = dep.gpu
         self._hbm = gpu.hbm_tb_s * 1e12 * p.memory_efficiency
         self._peak_dense = gpu.tflops(dep.gemm_dtype) * TFLOP * p.gemm_efficiency
-        self._peak_expert = gpu.tflops(dep.expert_gemm_dtype) * TFLOP * p.gemm_efficiency
+        self._peak_expert = gpu.tflops(dep.expert_gemm_dtype) * TFLOP * p.gemm_efficiency * p.expert_efficiency
         self._peak_attention = gpu.bf16_tflops * TFLOP * p.attention_efficiency
         self._half = p.gemm_half_tokens
         self._dp = dep.attention_dp

@@ -6,6 +6,7 @@ from servesim.engine.backend import Backend, carry_as, carry_as_not
 from servesim.engine.trtllm.config import TrtllmSchedulerConfig
 from servesim.engine.trtllm.defaults import resolve_scheduler
 from servesim.engine.request_path import RequestPathCosts
+from servesim.errors import ServesimError
 
 
 def make_scheduler(sched: TrtllmSchedulerConfig, kv, reference: bool):
@@ -21,7 +22,21 @@ def make_scheduler(sched: TrtllmSchedulerConfig, kv, reference: bool):
         enable_chunked_context=sched.enable_chunked_context,
         max_model_len=sched.max_seq_len,
         overlap=sched.overlap,
+        batch_wait_timeout_iters=sched.batch_wait_timeout_iters,
+        batch_wait_max_tokens_ratio=sched.batch_wait_max_tokens_ratio,
     )
+
+
+def _check_role(role_cfg, where: str, source_of) -> None:
+    sched = role_cfg.scheduler
+    waits = sched.batch_wait_timeout_iters > 0 or sched.batch_wait_max_tokens_ratio > 0
+    if waits and role_cfg.attention_dp > 1:
+        key = f"{where}.batch_wait_timeout_iters"
+        raise ServesimError(
+            f"{source_of(key)}: {where}: batch waiting with attention_dp {role_cfg.attention_dp} is not modelled "
+            "(TensorRT-LLM skips it under attention DP and balances context requests across ranks instead); "
+            "drop batch_wait_timeout_iters and batch_wait_max_tokens_ratio or use attention_dp: 1"
+        )
 
 
 def reject_reason(sched: TrtllmSchedulerConfig, input_length: int) -> str | None:
@@ -77,6 +92,7 @@ TRTLLM = Backend(
     # ExecutorRequestQueue's broadcast to the ranks, the response path back
     # (docs/modeling/request_path.md).
     request_path=RequestPathCosts(http_ms=1.0, to_engine_ms=0.3, broadcast_ms=0.5, output_ms=0.4),
+    check_role=_check_role,
     timing_profile="trtllm",
     aic_backend="trtllm",
 )

@@ -24,6 +24,10 @@ class TrtllmSchedulerConfig(StrictModel):
     enable_chunked_context: bool = False
     enable_block_reuse: bool = True
     disable_overlap_scheduler: bool | None = None     # null: off, but on (no overlap) with n-gram drafts
+    # Batch waiting (PyExecutor._waiting_requests): while requests generate, hold new context
+    # work for up to this many iterations, or until it reaches the token ratio of max_num_tokens.
+    batch_wait_timeout_iters: NonNegativeInt = 0
+    batch_wait_max_tokens_ratio: Annotated[float, Field(ge=0, le=1)] = 0.0
 
     @model_validator(mode="after")
     def _chunk_holds_a_block(self) -> TrtllmSchedulerConfig:

@@ -36,6 +36,8 @@ class TrtllmScheduler(SchedulerCore):
         enable_chunked_context: bool,
         max_model_len: int,
         overlap: bool,
+        batch_wait_timeout_iters: int = 0,
+        batch_wait_max_tokens_ratio: float = 0.0,
     ) -> None:
         super().__init__(kv, max_model_len, overlap)
         self.max_batch_size = max_batch_size
@@ -43,6 +45,10 @@ class TrtllmScheduler(SchedulerCore):
         self.policy = capacity_scheduler_policy
         self.enable_chunked_context = enable_chunked_context
         self.pauses = 0
+        self.batch_wait_iters = batch_wait_timeout_iters
+        self.batch_wait_tokens = batch_wait_max_tokens_ratio * max_num_tokens
+        self.batch_waiting = batch_wait_timeout_iters > 0 or batch_wait_max_tokens_ratio > 0
+        self.batch_waited = 0    # iterations context work has been held so far
 
     # ------------------------------------------------------------------ schedule
 
@@ -86,6 +92,9 @@ class TrtllmScheduler(SchedulerCore):
             out.entries.append(PassEntry(request, tokens, request.num_computed, "running"))
             budget -= tokens
             scheduled += 1
+        if self.batch_waiting and scheduled and self._holds_contexts(contexts, budget, scheduled, out):
+            self._update_after_schedule(out)
+            return out
         for request in contexts:
             if budget <= 0 or scheduled >= self.max_batch_size:
                 break
@@ -121,6 +130,54 @@ class TrtllmScheduler(SchedulerCore):
             reserved += need_blocks - len(request.blocks)
         self._update_after_schedule(out)
         return out
+
+    def _context_selection(self, contexts: list[Request], budget: int, scheduled: int) -> int:
+        """The prompt tokens of the context requests this iteration would take: in-progress
+        contexts, then waiting ones in order, within the budget and the batch (a dry run of the
+        loops below; under GUARANTEED_NO_EVICT a chunk's blocks were reserved at admission)."""
+        block = self.kv.block_size
+        tokens = 0
+        for request in contexts:
+            if budget <= 0 or scheduled >= self.max_batch_size:
+                return tokens
+            chunk = self._chunk(request.num_tokens - request.num_computed, budget, block)
+            if chunk <= 0:
+                return tokens
+            tokens += request.num_tokens
+            budget -= chunk
+            scheduled += 1
+        reserved = self._reserved_blocks() if self.policy == "GUARANTEED_NO_EVICT" else None
+        running = len(self.running)
+        for request in self.waiting:
+            if budget <= 0 or running >= self.max_batch_size or request.stale:
+                break
+            need = self._need_blocks(request)
+            if reserved is not None and need > self.kv.num_free - reserved:
+                break
+            chunk = self._chunk(request.num_tokens - len(self.kv.lookup(request)) * block, budget, block)
+            if chunk <= 0:
+                break
+            tokens += request.num_tokens
+            budget -= chunk
+            running += 1
+            if reserved is not None:
+                reserved += need
+        return tokens
+
+    def _holds_contexts(self, contexts: list[Request], budget: int, scheduled: int, out: ScheduledPass) -> bool:
+        """PyExecutor._waiting_requests (TensorRT-LLM 1.1-1.2): with generation requests in the
+        iteration, context requests wait until `batch_wait_timeout_iters` iterations have held
+        them or their prompt tokens plus the generation tokens reach the ratio of
+        max_num_tokens; each held iteration counts one, a release resets the count."""
+        wanted = self._context_selection(contexts, budget, scheduled)
+        if not wanted:
+            return False
+        generation = sum(entry.tokens for entry in out.entries)
+        if self.batch_waited >= self.batch_wait_iters or wanted + generation >= self.batch_wait_tokens:
+            self.batch_waited = 0
+            return False
+        self.batch_waited += 1
+        return True
 
     def _chunk(self, remaining: int, budget: int, block: int) -> int:
         if remaining <= budget:
@@ -203,8 +260,8 @@ class FastTrtllmScheduler(DecodeRuns, TrtllmScheduler):
         if not self.waiting or len(self.running) >= self.max_batch_size or self.max_num_tokens <= len(self.running):
             return True   # a full batch stays full; the token budget left after the decodes is the same
         head = self.waiting[0]
-        if self.policy != "GUARANTEED_NO_EVICT" or head.stale:
-            return False
+        if self.policy != "GUARANTEED_NO_EVICT" or head.stale or self.batch_waiting:
+            return False   # (a held context is released after a count of passes)
         # A decode pass takes blocks that every running request's reserve counted already, so
         # free blocks less the reserve stay put: a head refused now stays refused. (Asked now,
         # not when `decided` was committed: with overlap, finishes were processed since.)
