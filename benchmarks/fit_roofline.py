@@ -38,13 +38,16 @@ from servesim.timing.roofline import RooflineProfile  # noqa: E402
 
 OUT = Path(__file__).resolve().parents[1] / "src" / "servesim" / "timing" / "data" / "roofline_fit.json"
 PARAMS = ("gemm_efficiency", "memory_efficiency", "attention_efficiency", "pass_overhead_ms",
-          "per_layer_overhead_us", "comm_latency_us", "expert_efficiency")
+          "per_layer_overhead_us", "comm_latency_us", "expert_efficiency", "eager_moe_layer_us")
 # Physical ranges: a fit may not buy accuracy with an impossible efficiency.
 BOUNDS = {"gemm_efficiency": (0.25, 0.95), "memory_efficiency": (0.5, 0.95), "attention_efficiency": (0.25, 0.9),
           "pass_overhead_ms": (0.1, 15.0), "per_layer_overhead_us": (0.5, 60.0), "comm_latency_us": (2.0, 60.0),
           # Fused-MoE grouped GEMMs against dense ones at equal rows per expert: published
           # kernels reach a third to all of the dense throughput at prefill sizes.
-          "expert_efficiency": (0.15, 1.0)}
+          "expert_efficiency": (0.15, 1.0),
+          # Eager PyTorch issues a MoE layer's 50-150 kernels one by one from Python (5-20 µs
+          # each); a floor of 1 µs keeps the search in log space.
+          "eager_moe_layer_us": (1.0, 3000.0)}
 WAVES = 3
 
 
@@ -162,6 +165,8 @@ def fit_group(name: str, rows: list[Row], pool: Pool, evals: int,
     the parameters in `free` move, the others keep their start values."""
     default = RooflineProfile()
     begin = {p: (start.get(p, getattr(default, p)) if start else getattr(default, p)) for p in PARAMS}
+    # A parameter off by default (0) starts at its lower bound, inside the log-space search.
+    begin = {p: min(max(v, BOUNDS[p][0]), BOUNDS[p][1]) for p, v in begin.items()}
     x0 = np.log([begin[p] for p in free])
     cache: dict[tuple, float] = {}
 
@@ -178,7 +183,9 @@ def fit_group(name: str, rows: list[Row], pool: Pool, evals: int,
 
     start_loss = objective(x0)
     best, best_loss = nelder_mead(objective, x0, evals)
-    return {**begin, **to_params(best, free)}, start_loss, best_loss
+    # Written: the parameters fitted now or before (one never fitted keeps its built-in value).
+    kept = {p: v for p, v in begin.items() if p in free or (start and p in start) or not start}
+    return {**kept, **to_params(best, free)}, start_loss, best_loss
 
 
 def main(argv=None) -> int:
@@ -220,9 +227,10 @@ def main(argv=None) -> int:
     for backend in ("vllm", "sglang", "trtllm", "*"):
         names = [n for n in profiles if "*" not in n and (backend == "*" or n.endswith("/" + backend))]
         if names:
+            # Over the groups that fitted the parameter (a vLLM group has no eager prefill to fit).
             profiles[f"*/{backend}"] = {
-                p: float(math.exp(np.mean([math.log(profiles[n].get(p, getattr(RooflineProfile(), p)))
-                                           for n in names]))) for p in PARAMS
+                p: float(math.exp(np.mean([math.log(profiles[n][p]) for n in names if p in profiles[n]])))
+                for p in PARAMS if any(p in profiles[n] for n in names)
             }
     _write(profiles, report)
     return 0

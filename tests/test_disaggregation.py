@@ -236,3 +236,34 @@ def test_handoff_after_the_committed_pass_as_vllm_033(run):
     assert late.ttft_ms(1) == pytest.approx(53.1072)
     # Without async scheduling the setting changes nothing.
     assert _busy_decode_handoff(run, "after_committed", decode_async=False).ttft_ms(1) == pytest.approx(43.1072)
+
+
+PATH = {"enabled": True, "http_ms": 1.0, "to_engine_ms": 0.5, "broadcast_ms": 2.0, "output_ms": 0.25,
+        "tokenizer_us_per_token": 10.0}
+
+
+def test_proxy_hop_before_the_decode_side_pulls(run):
+    # Request path (1 + 0.5 ms + 100 × 10 µs in, 0.25 out): the prefill worker sees the request
+    # at 2.5 and prefills [2.5, 12.5). vLLM's proxy then relays the response (0.25) and asks the
+    # decode server (1 + 0.5 + 1): 2.75 ms before the 15.1072 ms transfer ends at 30.3572; the
+    # decode pass [30.3572, 40.3572); the client reads the token 0.25 later: TTFT 40.6072 =
+    # path 2.75 + queue 0 + prefill 10 + transfer (and the decode's first pass) 27.8572.
+    r = run([{"timestamp": 0.0, "input_length": 100, "output_length": 5}],
+            config_extra={**_pd(), "engine.request_path": PATH})
+    rec = r.by_id[0]
+    assert (rec.transfer_start_ns, rec.transfer_end_ns) == (12_500_000, 30_357_200)
+    assert r.ttft_ms(0) == pytest.approx(40.6072)
+    # SGLang's mini_lb sends the request to both servers at once: no hop.
+    from servesim.engine.registry import get_backend
+    from servesim.engine.request_path import RequestPath
+
+    costs = get_backend("vllm").request_path
+    path = RequestPath.build(costs, tp=1, tokenizer="hf-fast", tokenization_ms=None)
+    assert path.with_sequential_handoff(costs, decode_tp=8).handoff_ns(100) == 1_100_000 + 150_000
+    assert (get_backend("vllm").pd_proxy_sequential, get_backend("trtllm").pd_proxy_sequential,
+            get_backend("sglang").pd_proxy_sequential) == (True, True, False)
+
+
+def test_no_hop_without_a_request_path(run):
+    rec = _one(run).by_id[0]
+    assert rec.transfer_end_ns - rec.transfer_start_ns == 15_107_200

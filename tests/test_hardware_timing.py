@@ -202,3 +202,41 @@ def test_tp_inside_a_domain_uses_nvlink_even_when_the_worker_spans_more():
     wide = RooflineTimingModel(Deployment(arch("llama-3.1-70b"), gpu, "bf16", "bf16", tp=4, attention_dp=4), BARE)
     quarter = PassShape(num_decodes=16, decode_tokens=16, decode_context=16 * 1000)
     assert wide.duration_ns(shape) == alone.duration_ns(quarter)
+
+
+def test_expert_efficiency_prices_compute_bound_experts():
+    # Qwen3-235B (94 MoE layers, 128 experts, 8 a token) on 8 H100s, fp8, BARE profile. An
+    # 8,192-token prefill puts 8192 × 8 / 128 = 512 rows on each expert: compute-bound, so
+    # halving the experts' efficiency doubles their part and leaves the rest; a one-token
+    # decode reads the weights of the 8 experts it touches: memory-bound, and unchanged.
+    d = Deployment(arch("qwen3-235b-a22b"), resolve_gpu("h100-sxm"), "fp8", "fp8", tp=8)
+    full = RooflineTimingModel(d, BARE)
+    half = RooflineTimingModel(d, RooflineProfile(**{**BARE.__dict__, "expert_efficiency": 0.5}))
+    prefill = PassShape(prefill_chunks=[(8192, 0)])
+    experts_s = full._expert_flops_per_token * 8192 / full._peak_expert
+    assert (half.duration_ns(prefill) - full.duration_ns(prefill)) / 1e9 == pytest.approx(experts_s, rel=1e-6)
+    decode = PassShape(num_decodes=1, decode_tokens=1, decode_context=100)
+    assert half.duration_ns(decode) == full.duration_ns(decode)
+
+
+def test_eager_prefill_pays_the_moe_layers_host_time():
+    # 94 MoE layers × 500 µs = 47 ms on every pass with prefill work, on an engine that runs
+    # prefill outside CUDA graphs; nothing on decode-only passes, nothing on dense models,
+    # nothing where prefill runs inside graphs.
+    profile = RooflineProfile(**{**BARE.__dict__, "eager_moe_layer_us": 500.0})
+    d = Deployment(arch("qwen3-235b-a22b"), resolve_gpu("h100-sxm"), "fp8", "fp8", tp=8)
+    eager, graphed = RooflineTimingModel(d, profile, eager_prefill=True), RooflineTimingModel(d, profile)
+    mixed = PassShape(prefill_chunks=[(1024, 0)], num_decodes=3, decode_tokens=3, decode_context=3000)
+    assert eager.duration_ns(mixed) - graphed.duration_ns(mixed) == 47_000_000
+    decode = PassShape(num_decodes=3, decode_tokens=3, decode_context=3000)
+    assert eager.duration_ns(decode) == graphed.duration_ns(decode)
+    dense = Deployment(arch("llama-3.1-70b"), resolve_gpu("h100-sxm"), "fp8", "fp8", tp=8)
+    assert (RooflineTimingModel(dense, profile, eager_prefill=True).duration_ns(mixed)
+            == RooflineTimingModel(dense, profile).duration_ns(mixed))
+
+
+def test_which_engines_run_prefill_eagerly():
+    from servesim.engine.registry import BACKENDS
+
+    assert {name: b.prefill_in_cuda_graphs for name, b in BACKENDS.items()} == \
+        {"vllm": True, "sglang": False, "trtllm": False}

@@ -50,7 +50,7 @@ def check_request_count(count: int, what: str) -> None:
 
 _PASS_FIELDS = ("pass_ms", "base_ms", "pass_overhead_ms")
 _PER_UNIT_FIELDS = ("per_prefill_token_ms", "per_decode_token_ms", "per_context_token_ms", "per_request_ms")
-_MICROSECOND_FIELDS = ("comm_latency_us", "per_layer_overhead_us")
+_MICROSECOND_FIELDS = ("comm_latency_us", "per_layer_overhead_us", "eager_moe_layer_us")
 
 
 def check_config(cfg: Any, source: str) -> None:

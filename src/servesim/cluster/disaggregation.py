@@ -119,7 +119,9 @@ class Disaggregation:
             decode_worker.scheduler.expect_transfer(request)
             request.transfer_bytes = round((request.prompt_len - hit_tokens) * self.kv_bytes_per_token)
             request.transfer_start_ns = now
-            done = now + self.latency_ns + round(request.transfer_bytes / self.bytes_per_s * 1e9)
+            # The proxy's hop to the decode server (request path) comes before the KV pull.
+            done = (now + self.sim.request_path.handoff_ns(request.prompt_len) + self.latency_ns
+                    + round(request.transfer_bytes / self.bytes_per_s * 1e9))
             heapq.heappush(self._transfers_due, done)
             self.sim.push(done, TRANSFER_DONE, self._on_transfer_done,
                           (request, prefill, prefill_worker, decode_worker))

@@ -83,6 +83,9 @@ def run_request_path(run: ResolvedRun) -> RequestPath:
     cfg = run.config
     roles = cfg.engine.roles()
     first = roles.get("prefill") or roles.get("aggregated") or next(iter(roles.values()))
-    return request_path_for(cfg.engine.request_path, get_backend(cfg.engine.backend).request_path,
-                            cfg.engine.timing.kind, first.tp * first.attention_dp, run.model.tokenizer,
-                            cfg.engine.tokenization_ms)
+    backend = get_backend(cfg.engine.backend)
+    decode = roles.get("decode")
+    return request_path_for(cfg.engine.request_path, backend.request_path, cfg.engine.timing.kind,
+                            first.tp * first.attention_dp, run.model.tokenizer, cfg.engine.tokenization_ms,
+                            decode_tp=None if decode is None else decode.tp * decode.attention_dp,
+                            sequential_handoff=backend.pd_proxy_sequential)

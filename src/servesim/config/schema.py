@@ -66,6 +66,7 @@ class RooflineTiming(StrictModel):
     per_layer_overhead_us: NonNegativeFloat | None = None
     per_request_ms: NonNegativeFloat | None = None
     expert_efficiency: Annotated[float, Field(gt=0, le=1)] | None = None
+    eager_moe_layer_us: NonNegativeFloat | None = None
 
 
 class AicTiming(StrictModel):

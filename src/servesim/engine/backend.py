@@ -122,8 +122,14 @@ class Backend:
     kv_offload: bool = True            # a host-memory tier under the prefix cache is modelled
     timing_profile: str = ""           # fitted roofline profiles are keyed "<gpu>/<timing_profile>"
     aic_backend: str | None = None     # aiconfigurator-core's name for the engine (timing kind aic)
+    # Passes with prefill work run inside CUDA graphs (vLLM's piecewise graphs), or eagerly, op by
+    # op from the host (SGLang up to 0.5.9, TensorRT-LLM's context phase): timing/roofline.py.
+    prefill_in_cuda_graphs: bool = True
     # Its API server's costs around the passes (engine/request_path.py; None: not modelled).
     request_path: RequestPathCosts | None = None
+    # Disaggregated serving: its proxy asks the decode server only once the prefill server has
+    # answered (vLLM's toy proxy, trtllm-serve disaggregated), or both at once (SGLang's mini_lb).
+    pd_proxy_sequential: bool = True
 
     @property
     def newest_version(self) -> str:

@@ -41,9 +41,18 @@ class RequestPath:
     fixed_in_ns: int = 0
     per_token_ns: int = 0
     outbound_ns: int = 0
+    # Disaggregated serving through a proxy that sends the request to the decode server only
+    # after the prefill server's response (vLLM's, TensorRT-LLM's): that response's way out and
+    # the decode server's own way in, before the decode side pulls the KV.
+    handoff_fixed_ns: int = 0
 
     def inbound_ns(self, input_length: int) -> int:
         return self.fixed_in_ns + self.per_token_ns * input_length
+
+    def handoff_ns(self, input_length: int) -> int:
+        if not self.handoff_fixed_ns:
+            return 0
+        return self.handoff_fixed_ns + self.per_token_ns * input_length
 
     @classmethod
     def build(cls, costs: RequestPathCosts | None, tp: int, tokenizer: str,
@@ -58,6 +67,13 @@ class RequestPath:
         return cls(fixed_in_ns=round(fixed * 1e6) + fixed_tokenization, per_token_ns=per_token,
                    outbound_ns=round(costs.output_ms * 1e6))
 
+    def with_sequential_handoff(self, costs: RequestPathCosts | None, decode_tp: int) -> RequestPath:
+        """The path under a proxy that asks the decode server after the prefill server answered."""
+        if costs is None or not (self.fixed_in_ns or self.per_token_ns):
+            return self
+        again = costs.output_ms + costs.http_ms + costs.to_engine_ms + (costs.broadcast_ms if decode_tp > 1 else 0.0)
+        return RequestPath(self.fixed_in_ns, self.per_token_ns, self.outbound_ns, round(again * 1e6))
+
 
 # Step-time models whose costs a user sets by hand: their runs are hand-checked, and the
 # request path stays off unless engine.request_path.enabled says otherwise.
@@ -65,7 +81,8 @@ HAND_SET_TIMING = ("fixed", "polynomial")
 
 
 def request_path_for(settings, engine_costs: RequestPathCosts | None, timing_kind: str, tp: int,
-                     tokenizer: str, tokenization_ms: float | None) -> RequestPath:
+                     tokenizer: str, tokenization_ms: float | None, decode_tp: int | None = None,
+                     sequential_handoff: bool = False) -> RequestPath:
     """The run's request path from `engine.request_path` (its nulls: the engine's own costs)."""
     enabled = settings.enabled if settings.enabled is not None else timing_kind not in HAND_SET_TIMING
     if not enabled or engine_costs is None:
@@ -76,4 +93,6 @@ def request_path_for(settings, engine_costs: RequestPathCosts | None, timing_kin
     path = RequestPath.build(costs, tp, tokenizer, tokenization_ms)
     if settings.tokenizer_us_per_token is not None and tokenization_ms is None:
         path = RequestPath(path.fixed_in_ns, round(settings.tokenizer_us_per_token * 1e3), path.outbound_ns)
+    if decode_tp is not None and sequential_handoff:
+        path = path.with_sequential_handoff(costs, decode_tp)
     return path

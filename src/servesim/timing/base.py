@@ -138,7 +138,8 @@ def build_timing_model(cfg: TimingConfig, deployment=None, backend: str = DEFAUL
             profile = named_profile(cfg.profile if "/" in cfg.profile else engine.profile_key(cfg.profile))
         else:
             profile, _ = fitted_profile(deployment.gpu.name, engine.timing_profile)
-        return RooflineTimingModel(deployment, profile_with_overrides(profile, cfg), speculative)
+        return RooflineTimingModel(deployment, profile_with_overrides(profile, cfg), speculative,
+                                   eager_prefill=not engine.prefill_in_cuda_graphs)
     if isinstance(cfg, AicTiming):
         from servesim.timing.aic import AicTimingModel
 

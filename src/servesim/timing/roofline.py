@@ -55,6 +55,9 @@ class RooflineProfile:
     # Routed experts' grouped GEMMs (fused-MoE kernels: per-expert tiles, token permutation,
     # scales) reach this fraction of the dense GEMMs' throughput at the same rows per expert.
     expert_efficiency: float = 1.0
+    # Host time of one MoE layer in a pass run outside CUDA graphs (engines that run prefill
+    # eagerly: docs/modeling/request_path.md, "Where the rest of TTFT goes"), added to the GPU's.
+    eager_moe_layer_us: float = 0.0
 
     @classmethod
     def from_dict(cls, data: dict) -> RooflineProfile:
@@ -102,7 +105,8 @@ def named_profile(name: str) -> RooflineProfile:
 
 
 class RooflineTimingModel(TimingModel):
-    def __init__(self, deployment: Deployment, profile: RooflineProfile, speculative=None) -> None:
+    def __init__(self, deployment: Deployment, profile: RooflineProfile, speculative=None,
+                 eager_prefill: bool = False) -> None:
         self.deployment = dep = deployment
         # EAGLE and MTP drafters are small models run k times per pass; n-gram drafting is free.
         self._draft_steps = (speculative.num_speculative_tokens
@@ -154,6 +158,8 @@ class RooflineTimingModel(TimingModel):
         self._latency = p.comm_latency_us * 1e-6
         self._overhead = p.pass_overhead_ms * 1e-3 + p.per_layer_overhead_us * 1e-6 * arch.layers
         self._per_request = p.per_request_ms * 1e-3
+        # A pass with prefill work on an engine that runs it without CUDA graphs.
+        self._eager_prefill = (p.eager_moe_layer_us * 1e-6 * arch.moe_layers) if eager_prefill else 0.0
 
     # ------------------------------------------------------------------ parts (seconds)
 
@@ -260,7 +266,7 @@ class RooflineTimingModel(TimingModel):
         drafts = shape.decode_tokens - shape.num_decodes
         seconds = self._fixed_seconds(tokens, requests, requests + drafts if drafts else None)
         if shape.prefill_chunks:
-            seconds += self._prefill_attention_seconds(shape.prefill_chunks)
+            seconds += self._prefill_attention_seconds(shape.prefill_chunks) + self._eager_prefill
         if shape.num_decodes:
             seconds += self._decode_attention_seconds(shape.num_decodes, float(shape.decode_context),
                                                       shape.decode_tokens)

@@ -69,6 +69,11 @@ SGLANG = Backend(
     sweep_knobs=("max_running_requests", "chunked_prefill_size", "context_length"),
     kv_full_sequence_admission=False,   # SGLang budgets admission itself (its new-token ratio)
     kv_offload=True,                    # HiCache
+    # 0.5.9 server_args: enable_piecewise_cuda_graph defaults to False, so extend (prefill)
+    # batches run eagerly; decode batches replay CUDA graphs.
+    prefill_in_cuda_graphs=False,
+    # sglang_router's mini_lb sends each request to a prefill and a decode server at once.
+    pd_proxy_sequential=False,
     # SGLang 0.5: TokenizerManager → Scheduler.recv_requests (ZMQ), broadcast_pyobj to the TP
     # ranks, DetokenizerManager's two extra hops out (docs/modeling/request_path.md).
     request_path=RequestPathCosts(http_ms=0.5, to_engine_ms=0.2, broadcast_ms=0.5, output_ms=0.4),
