@@ -171,9 +171,15 @@ def scheduler_settings(backend: str, batch: int, max_len: int, recv_interval: in
             "enable_prefix_caching": False}
 
 
-def _role(shape: RoleShape, backend: str, max_len: int, recv_interval: int) -> dict:
-    return {"count": shape.count, "tp": shape.tp, "attention_dp": shape.attention_dp, "ep": shape.ep,
+def _role(shape: RoleShape, backend: str, max_len: int, recv_interval: int, gpu: str) -> dict:
+    role = {"count": shape.count, "tp": shape.tp, "attention_dp": shape.attention_dp, "ep": shape.ep,
             "scheduler": scheduler_settings(backend, shape.batch_size * shape.attention_dp, max_len, recv_interval)}
+    # A row whose worker spans more GPUs than one node holds ran across nodes (the roofline sends
+    # collectives beyond the NVLink domain over the NIC).
+    gpus = shape.tp * shape.attention_dp
+    if gpus > resolve_gpu(gpu).nvlink_domain:
+        role["gpus_per_node"] = gpus
+    return role
 
 
 def row_config(row: Row, requests_per_user: int = 10, profile: str | None = None) -> dict:
@@ -186,7 +192,7 @@ def row_config(row: Row, requests_per_user: int = 10, profile: str | None = None
     # The launch scripts found set it for single-node servers; disaggregated recipes do not say.
     recv = 1 if row.roles else sglang_recv_interval(row)
     if row.roles:
-        workers = {name: _role(shape, row.backend, max_len, recv) for name, shape in row.roles.items()}
+        workers = {name: _role(shape, row.backend, max_len, recv, row.gpu) for name, shape in row.roles.items()}
     else:
         # The recipe launches servers with max-num-seqs = concurrency. A few rows give a batch
         # size below concurrency / attention-DP ranks and still report TTFTs with no queueing,
@@ -194,7 +200,7 @@ def row_config(row: Row, requests_per_user: int = 10, profile: str | None = None
         # limit, so the concurrency is used.
         per_rank = max(row.batch_size, -(-row.concurrency // row.attention_dp))
         workers = {"aggregated": _role(RoleShape(1, row.tp, row.attention_dp, row.ep, per_rank),
-                                       row.backend, max_len, recv)}
+                                       row.backend, max_len, recv, row.gpu)}
         workers["aggregated"]["scheduler"].update(trtllm_batch_wait(row))
     return {
         "model": row.model,

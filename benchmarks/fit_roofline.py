@@ -49,6 +49,8 @@ BOUNDS = {"gemm_efficiency": (0.25, 0.95), "memory_efficiency": (0.5, 0.95), "at
           # each); a floor of 1 µs keeps the search in log space.
           "eager_moe_layer_us": (1.0, 3000.0)}
 WAVES = 3
+# Where a search starts for a parameter the built-in profile leaves off (0).
+START = {"eager_moe_layer_us": 300.0}
 
 
 def extrapolated_means(row: Row, result) -> tuple[float, float]:
@@ -165,7 +167,8 @@ def fit_group(name: str, rows: list[Row], pool: Pool, evals: int,
     the parameters in `free` move, the others keep their start values."""
     default = RooflineProfile()
     begin = {p: (start.get(p, getattr(default, p)) if start else getattr(default, p)) for p in PARAMS}
-    # A parameter off by default (0) starts at its lower bound, inside the log-space search.
+    # A parameter off by default (0) starts at a physical middle, inside the log-space search.
+    begin = {p: START.get(p, v) if v <= 0 else v for p, v in begin.items()}
     begin = {p: min(max(v, BOUNDS[p][0]), BOUNDS[p][1]) for p, v in begin.items()}
     x0 = np.log([begin[p] for p in free])
     cache: dict[tuple, float] = {}

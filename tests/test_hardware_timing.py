@@ -225,18 +225,27 @@ def test_eager_prefill_pays_the_moe_layers_host_time():
     # nothing where prefill runs inside graphs.
     profile = RooflineProfile(**{**BARE.__dict__, "eager_moe_layer_us": 500.0})
     d = Deployment(arch("qwen3-235b-a22b"), resolve_gpu("h100-sxm"), "fp8", "fp8", tp=8)
-    eager, graphed = RooflineTimingModel(d, profile, eager_prefill=True), RooflineTimingModel(d, profile)
+    eager, graphed = RooflineTimingModel(d, profile, graph_tokens=0), RooflineTimingModel(d, profile)
     mixed = PassShape(prefill_chunks=[(1024, 0)], num_decodes=3, decode_tokens=3, decode_context=3000)
     assert eager.duration_ns(mixed) - graphed.duration_ns(mixed) == 47_000_000
+    # vLLM replays passes up to its capture size from (piecewise) graphs: 1,027 tokens fit 1,027.
+    captured = RooflineTimingModel(d, profile, graph_tokens=1027)
+    assert captured.duration_ns(mixed) == graphed.duration_ns(mixed)
+    assert RooflineTimingModel(d, profile, graph_tokens=1026).duration_ns(mixed) == eager.duration_ns(mixed)
     decode = PassShape(num_decodes=3, decode_tokens=3, decode_context=3000)
     assert eager.duration_ns(decode) == graphed.duration_ns(decode)
     dense = Deployment(arch("llama-3.1-70b"), resolve_gpu("h100-sxm"), "fp8", "fp8", tp=8)
-    assert (RooflineTimingModel(dense, profile, eager_prefill=True).duration_ns(mixed)
+    assert (RooflineTimingModel(dense, profile, graph_tokens=0).duration_ns(mixed)
             == RooflineTimingModel(dense, profile).duration_ns(mixed))
 
 
-def test_which_engines_run_prefill_eagerly():
+def test_which_passes_run_eagerly():
+    import servesim
+
+    # vLLM: min(max_num_seqs 4 × 2, 512, budget) = 8 tokens replayed from graphs; the others none.
+    result = servesim.simulate(overrides=[("workload.max_requests", 1),
+                                          ("engine.workers.aggregated.scheduler.max_num_seqs", 4)])
+    assert result.config.engine.workers.aggregated.scheduler.max_cudagraph_capture_size == 8
     from servesim.engine.registry import BACKENDS
 
-    assert {name: b.prefill_in_cuda_graphs for name, b in BACKENDS.items()} == \
-        {"vllm": True, "sglang": False, "trtllm": False}
+    assert BACKENDS["sglang"].prefill_graph_tokens(None) == BACKENDS["trtllm"].prefill_graph_tokens(None) == 0

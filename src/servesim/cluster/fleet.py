@@ -127,7 +127,7 @@ def build_roles(cfg: SimulationConfig, deployments: dict[str, Deployment], sim, 
             if offload is not None:
                 kv.host = host_tier(offload, deployment, sched.kv_block_size)
             scheduler = make_scheduler(sched, kv, exact, role_cfg.speculative, cfg.seed)
-            timing = build_timing_model(cfg.engine.timing, deployment, backend.name, role_cfg.speculative)
+            timing = build_timing_model(cfg.engine.timing, deployment, backend.name, role_cfg.speculative, sched)
             worker = Worker(f"{role_name}-{index}", scheduler, timing, sched.overlap, sim, on_pass_done)
             worker.index = index
             worker.role = role_name

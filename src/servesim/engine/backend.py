@@ -81,6 +81,10 @@ def _no_role_rule(role_cfg: Any, where: str, source_of: Callable[[str], str]) ->
     return None
 
 
+def _no_prefill_graphs(sched: Any) -> int:
+    return 0
+
+
 @dataclass(frozen=True)
 class Backend:
     """One engine as servesim models it."""
@@ -122,9 +126,10 @@ class Backend:
     kv_offload: bool = True            # a host-memory tier under the prefix cache is modelled
     timing_profile: str = ""           # fitted roofline profiles are keyed "<gpu>/<timing_profile>"
     aic_backend: str | None = None     # aiconfigurator-core's name for the engine (timing kind aic)
-    # Passes with prefill work run inside CUDA graphs (vLLM's piecewise graphs), or eagerly, op by
-    # op from the host (SGLang up to 0.5.9, TensorRT-LLM's context phase): timing/roofline.py.
-    prefill_in_cuda_graphs: bool = True
+    # The largest pass with prefill work (tokens) it replays from CUDA graphs; larger ones run
+    # eagerly, op by op from the host (timing/roofline.py). vLLM: its capture size (piecewise
+    # graphs); SGLang up to 0.5.9 and TensorRT-LLM's context phase: none.
+    prefill_graph_tokens: Callable[[Any], int] = _no_prefill_graphs
     # Its API server's costs around the passes (engine/request_path.py; None: not modelled).
     request_path: RequestPathCosts | None = None
     # Disaggregated serving: its proxy asks the decode server only once the prefill server has

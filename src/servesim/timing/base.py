@@ -123,7 +123,7 @@ class PolynomialTimingModel(TimingModel):
 
 
 def build_timing_model(cfg: TimingConfig, deployment=None, backend: str = DEFAULT_BACKEND,
-                       speculative=None) -> TimingModel:
+                       speculative=None, sched=None) -> TimingModel:
     """The step-time model of `cfg`; `backend` (engine.backend) picks the fitted profiles and tables."""
     engine = get_backend(backend)
     if isinstance(cfg, FixedTiming):
@@ -139,7 +139,7 @@ def build_timing_model(cfg: TimingConfig, deployment=None, backend: str = DEFAUL
         else:
             profile, _ = fitted_profile(deployment.gpu.name, engine.timing_profile)
         return RooflineTimingModel(deployment, profile_with_overrides(profile, cfg), speculative,
-                                   eager_prefill=not engine.prefill_in_cuda_graphs)
+                                   graph_tokens=None if sched is None else engine.prefill_graph_tokens(sched))
     if isinstance(cfg, AicTiming):
         from servesim.timing.aic import AicTimingModel
 

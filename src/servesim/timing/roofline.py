@@ -106,7 +106,7 @@ def named_profile(name: str) -> RooflineProfile:
 
 class RooflineTimingModel(TimingModel):
     def __init__(self, deployment: Deployment, profile: RooflineProfile, speculative=None,
-                 eager_prefill: bool = False) -> None:
+                 graph_tokens: int | None = None) -> None:
         self.deployment = dep = deployment
         # EAGLE and MTP drafters are small models run k times per pass; n-gram drafting is free.
         self._draft_steps = (speculative.num_speculative_tokens
@@ -158,8 +158,10 @@ class RooflineTimingModel(TimingModel):
         self._latency = p.comm_latency_us * 1e-6
         self._overhead = p.pass_overhead_ms * 1e-3 + p.per_layer_overhead_us * 1e-6 * arch.layers
         self._per_request = p.per_request_ms * 1e-3
-        # A pass with prefill work on an engine that runs it without CUDA graphs.
-        self._eager_prefill = (p.eager_moe_layer_us * 1e-6 * arch.moe_layers) if eager_prefill else 0.0
+        # A pass with prefill work and more tokens than the engine replays from CUDA graphs runs
+        # eagerly (None: all run in graphs, as the bare model assumes).
+        self._graph_tokens = graph_tokens
+        self._eager_prefill = (p.eager_moe_layer_us * 1e-6 * arch.moe_layers) if graph_tokens is not None else 0.0
 
     # ------------------------------------------------------------------ parts (seconds)
 
@@ -266,7 +268,9 @@ class RooflineTimingModel(TimingModel):
         drafts = shape.decode_tokens - shape.num_decodes
         seconds = self._fixed_seconds(tokens, requests, requests + drafts if drafts else None)
         if shape.prefill_chunks:
-            seconds += self._prefill_attention_seconds(shape.prefill_chunks) + self._eager_prefill
+            seconds += self._prefill_attention_seconds(shape.prefill_chunks)
+            if self._eager_prefill and tokens > self._graph_tokens:
+                seconds += self._eager_prefill
         if shape.num_decodes:
             seconds += self._decode_attention_seconds(shape.num_decodes, float(shape.decode_context),
                                                       shape.decode_tokens)

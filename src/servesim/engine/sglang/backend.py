@@ -71,7 +71,6 @@ SGLANG = Backend(
     kv_offload=True,                    # HiCache
     # 0.5.9 server_args: enable_piecewise_cuda_graph defaults to False, so extend (prefill)
     # batches run eagerly; decode batches replay CUDA graphs.
-    prefill_in_cuda_graphs=False,
     # sglang_router's mini_lb sends each request to a prefill and a decode server at once.
     pd_proxy_sequential=False,
     # SGLang 0.5: TokenizerManager → Scheduler.recv_requests (ZMQ), broadcast_pyobj to the TP

@@ -90,7 +90,6 @@ TRTLLM = Backend(
     kv_offload=False,
     # PyTorchModelEngine: CUDA graphs cover generation-only batches; a batch with context
     # requests runs eagerly unless piecewise graphs are turned on (off by default).
-    prefill_in_cuda_graphs=False,
     # TensorRT-LLM 1.x trtllm-serve: OpenAIServer, GenerationExecutorProxy → worker (ZMQ),
     # ExecutorRequestQueue's broadcast to the ranks, the response path back
     # (docs/modeling/request_path.md).

@@ -83,6 +83,8 @@ VLLM = Backend(
     # InputProcessor.process_inputs, AsyncMPClient → EngineCoreProc over ZMQ; the engine core
     # hands requests to its workers itself, inside the pass (docs/modeling/request_path.md).
     request_path=RequestPathCosts(http_ms=0.5, to_engine_ms=0.3, broadcast_ms=0.0, output_ms=0.3),
+    # Piecewise CUDA graphs (attention outside them) for every pass up to the capture size.
+    prefill_graph_tokens=lambda sched: sched.max_cudagraph_capture_size,
     timing_profile="vllm",
     aic_backend="vllm",
 )

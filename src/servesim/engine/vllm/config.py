@@ -24,6 +24,9 @@ class VllmSchedulerConfig(StrictModel):
     long_prefill_token_threshold: NonNegativeInt = 0
     async_scheduling: bool | None = None
     watermark: Annotated[float, Field(ge=0, lt=1)] = 0.0
+    # The largest pass (tokens) replayed from CUDA graphs (compilation_config); null:
+    # min(max_num_seqs × (1 + speculative tokens) × 2, 512, max_num_batched_tokens).
+    max_cudagraph_capture_size: PositiveInt | None = None
 
     # The same facts under every backend's own names (see the other two schedulers).
     @property

@@ -51,7 +51,8 @@ def vllm_serving_defaults(gpu: GpuSpec) -> tuple[int, int]:
 
 
 def resolve_vllm(sched: VllmSchedulerConfig, where: str, gpu: GpuSpec, model: ModelSpec,
-                  ngram: bool, deployment: Deployment, utilization: float) -> VllmSchedulerConfig:
+                  ngram: bool, deployment: Deployment, utilization: float,
+                  speculative_tokens: int = 0) -> VllmSchedulerConfig:
     default_seqs, default_tokens = vllm_serving_defaults(gpu)
     max_num_seqs = sched.max_num_seqs or default_seqs
     max_num_batched_tokens = sched.max_num_batched_tokens or default_tokens
@@ -87,7 +88,11 @@ def resolve_vllm(sched: VllmSchedulerConfig, where: str, gpu: GpuSpec, model: Mo
             f"{usable_tokens} tokens ({num_gpu_blocks - 1} usable blocks of {sched.block_size}), "
             f"{max_model_len - usable_tokens} tokens short; lower max_model_len or raise num_gpu_blocks"
         )
+    # VllmConfig._set_cudagraph_sizes: twice the largest decode batch, at most 512 tokens and the budget.
+    capture = sched.max_cudagraph_capture_size or min(max_num_seqs * (1 + speculative_tokens) * 2, 512,
+                                                      max_num_batched_tokens)
     return sched.model_copy(update={
+        "max_cudagraph_capture_size": capture,
         "max_num_seqs": max_num_seqs,
         "max_num_batched_tokens": max_num_batched_tokens,
         "max_model_len": max_model_len,
@@ -100,4 +105,5 @@ def resolve_scheduler(sched: VllmSchedulerConfig, where: str, gpu: GpuSpec, mode
                       deployment: Deployment, role_cfg, role: str) -> VllmSchedulerConfig:
     """The registry's entry point (engine/backend.py's `resolve_scheduler`)."""
     ngram = role_cfg.speculative is not None and role_cfg.speculative.method == "ngram"
-    return resolve_vllm(sched, where, gpu, model, ngram, deployment, role_cfg.gpu_memory_utilization)
+    drafts = role_cfg.speculative.num_speculative_tokens if role_cfg.speculative is not None else 0
+    return resolve_vllm(sched, where, gpu, model, ngram, deployment, role_cfg.gpu_memory_utilization, drafts)
