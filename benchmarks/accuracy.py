@@ -162,11 +162,13 @@ def main(argv=None) -> int:
     for mode in ("agg", "disagg"):
         print(report(f"all catalogued {mode} rows", [(res[0], r.ttft_ms, res[1], r.tpot_ms)
                                                       for r, res in ok if r.mode == mode]))
-    # Most disaggregated rows give no worker counts; they run one prefill and one decode worker.
-    for given in (True, False):
-        print(report(f"disagg rows {'with' if given else 'without'} worker counts in the source",
-                     [(res[0], r.ttft_ms, res[1], r.tpot_ms) for r, res in ok
-                      if r.mode == "disagg" and bool(r.raw.get("prefill_num_workers")) == given]))
+    # Most disaggregated rows give no worker counts: InferenceX's published sweep configs give
+    # many of them (pd_topologies.csv); the rest run one prefill and one decode worker.
+    for topology, words in (("row", "with worker counts in the source"),
+                            ("published", "with the published sweep's topology"),
+                            ("assumed", "without a known topology (1 prefill + 1 decode)")):
+        print(report(f"disagg rows {words}", [(res[0], r.ttft_ms, res[1], r.tpot_ms) for r, res in ok
+                                               if r.mode == "disagg" and r.topology == topology]))
     failed = [(r, results[i][2]) for i, r in enumerate(rows) if results[i][0] is None]
     print(f"\n{len(ok)} rows predicted, {len(failed)} failed, {len(skipped)} rows skipped (model or GPU not "
           f"catalogued); total simulator wall {sum(res[3] for res in results.values()):.0f} s; "

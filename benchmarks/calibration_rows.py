@@ -34,6 +34,9 @@ from servesim.hardware import resolve_gpu
 from servesim.models import resolve_model
 
 CALIBRATION = Path(__file__).resolve().parents[2] / "shared" / "calibration" / "silicon_calibration.csv"
+# Worker counts (and shapes) InferenceX's published sweep configs give disaggregated rows that
+# carry none, matched on the rows' own fields only (docs/research/pd_topologies.md).
+PD_TOPOLOGIES = Path(__file__).resolve().parent / "pd_topologies.csv"
 
 
 @dataclass
@@ -66,6 +69,9 @@ class Row:
     warm_start: bool   # measured after a warm-up (aic-auto-gap-analysis sweeps): first wave left out
     mode: str = "agg"
     roles: dict[str, RoleShape] | None = None   # disaggregated rows: "prefill" and "decode"
+    # Where a disaggregated row's worker counts come from: "row" (its own fields), "published"
+    # (pd_topologies.csv) or "assumed" (one prefill and one decode worker).
+    topology: str = ""
 
     @property
     def group(self) -> str:
@@ -104,9 +110,41 @@ def _shape(raw: dict, prefix: str, concurrency: int) -> RoleShape:
     return RoleShape(count, tp, dp, ep, batch)
 
 
+def _config_shape(note: str, role: str, count: int, batch: int) -> RoleShape | None:
+    """A role's shape from a published config entry (pd_topologies.csv's note), unless the entry's
+    tp/ep are placeholders. DP attention (DEP n) is n attention-DP ranks of one GPU each."""
+    if "placeholder" in note or "total GPU" in note:
+        return None
+    match = re.search(rf"{role} tp(\d+)/ep(\d+)/dp-attn=(True|False)", note)
+    if match is None:
+        return None
+    size, ep, dp_attention = int(match.group(1)), int(match.group(2)), match.group(3) == "True"
+    tp, dp = (1, size) if dp_attention else (size, 1)
+    if (tp * dp) % ep:
+        return None
+    return RoleShape(count, tp, dp, ep, batch)
+
+
+def published_topologies(path: Path = PD_TOPOLOGIES) -> dict[str, dict]:
+    if not path.exists():
+        return {}
+    with open(path, newline="") as fh:
+        return {entry["id"]: entry for entry in csv.DictReader(fh)}
+
+
+def _with_published(roles: dict[str, RoleShape], entry: dict) -> dict[str, RoleShape]:
+    out = {}
+    for name, key, tag in (("prefill", "prefill_workers", "P"), ("decode", "decode_workers", "D")):
+        count, shape = int(entry[key]), roles[name]
+        published = _config_shape(entry["note"], tag, count, shape.batch_size)
+        out[name] = published or RoleShape(count, shape.tp, shape.attention_dp, shape.ep, shape.batch_size)
+    return out
+
+
 def load_rows(path: Path = CALIBRATION, mode: str = "agg") -> tuple[list[Row], list[dict]]:
     """Rows (of `mode`: agg, disagg or all) whose model and GPU are catalogued, and the skipped raw rows."""
     rows, skipped = [], []
+    published = published_topologies()
     with open(path, newline="") as fh:
         for raw in csv.DictReader(fh):
             if mode != "all" and raw["mode"] != mode:
@@ -123,11 +161,16 @@ def load_rows(path: Path = CALIBRATION, mode: str = "agg") -> tuple[list[Row], l
             concurrency = int(match.group(1)) if match else batch
             roles = ({"prefill": _shape(raw, "prefill_", concurrency), "decode": _shape(raw, "decode_", concurrency)}
                      if disagg else None)
+            topology = ""
+            if disagg:
+                topology = "row" if raw.get("prefill_num_workers") else "assumed"
+                if topology == "assumed" and raw["id"] in published:
+                    roles, topology = _with_published(roles, published[raw["id"]]), "published"
             main = roles["decode"] if disagg else _shape(raw, "", concurrency)
             rows.append(Row(raw, model, gpu, raw["backend"], _precision(raw), concurrency, int(raw["isl"]),
                             int(raw["osl"]), main.tp, main.attention_dp, main.ep, main.batch_size,
                             float(raw["silicon_ttft_ms"]), float(raw["silicon_tpot_ms"]),
-                            False, raw["mode"], roles))
+                            False, raw["mode"], roles, topology))
     return rows, skipped
 
 
@@ -136,12 +179,68 @@ def from_inferencemax(raw: dict) -> bool:
     return re.search(r"source_file=\d{4}-\d{2}-\d{2}|db-dump/", raw["silicon_data_source"]) is not None
 
 
-def sglang_recv_interval(row: Row) -> int:
-    """--scheduler-recv-interval of the row's SGLang server: InferenceMAX's launch scripts pass
-    10 below 16 users and 30 from 16 up; other sources state no flags (SGLang's default, 1)."""
+# InferenceX's SGLang launch scripts by (model, GPU, precision): --scheduler-recv-interval
+# ("10/30": 10 below 16 users, 30 from 16; None: not passed, SGLang's 1) and
+# --chunked-prefill-size / --max-prefill-tokens (None: not passed). From
+# benchmarks/agg_recipes.csv (docs/research/agg_recipes.md); a TP-4 branch differs where noted.
+SGLANG_RECIPES = {
+    ("deepseek", "b200", "fp4"): ("10/30", 16384, None), ("deepseek", "b300", "fp4"): ("10/30", 16384, None),
+    ("deepseek", "b200", "fp8"): ("10/30", 32768, 32768), ("deepseek", "b300", "fp8"): ("10/30", 32768, 32768),
+    ("deepseek", "h200-sxm", "fp8"): (None, 32768, 32768),
+    ("qwen3.5", "b200", "bf16"): ("10/30", 32768, 32768), ("qwen3.5", "b200", "fp8"): ("10/30", 32768, 32768),
+    ("qwen3.5", "b200", "fp4"): ("10/30", 32768, 32768), ("qwen3.5", "b300", "bf16"): ("10/30", 32768, 32768),
+    ("qwen3.5", "b300", "fp4"): ("10/30", 32768, 32768), ("qwen3.5", "b300", "fp8"): ("10", 16384, 16384),
+    ("qwen3.5", "h200-sxm", "fp8"): (None, 16384, None),
+    ("glm-5", "h200-sxm", "fp8"): (None, None, None), ("glm-5", "b200", "fp8"): (None, 32768, 32768),
+    ("glm-5", "b200", "fp4"): (None, 131072, None),
+}
+
+
+def sglang_recipe(row: Row) -> tuple[int, int | None, int | None] | None:
+    """(recv interval, chunked_prefill_size, max_prefill_tokens) of the row's SGLang launch
+    script, or None for rows of other sources (their servers' flags are unknown)."""
     if not from_inferencemax(row.raw):
-        return 1
-    return 10 if row.concurrency < 16 else 30
+        return None
+    family = "deepseek" if row.model.startswith("deepseek") else row.model.split("-")[0]
+    recipe = SGLANG_RECIPES.get((family, row.gpu, row.precision))
+    if recipe is None:
+        return None
+    recv, chunk, prefill = recipe
+    if family == "deepseek" and row.precision == "fp8" and row.gpu in ("b200", "b300") and row.tp == 4:
+        recv, chunk, prefill = "10", 8192, 8192   # the scripts' TP-4 branch
+    interval = {None: 1, "10": 10, "10/30": 10 if row.concurrency < 16 else 30}[recv]
+    return interval, chunk, prefill
+
+
+def sglang_recv_interval(row: Row) -> int:
+    """--scheduler-recv-interval of the row's SGLang server (1, SGLang's default, without a script)."""
+    recipe = sglang_recipe(row)
+    return 1 if recipe is None else recipe[0]
+
+
+def vllm_capture_size(row: Row) -> dict:
+    """InferenceX's vLLM scripts for gpt-oss (every GPU) and MiniMax-M2.5 on B200/B300 pass
+    --max-cudagraph-capture-size 2048 (read at InferenceX 843c6254f, benchmarks/single_node/
+    fixed_seq_len/deprecated/); the others leave vLLM's default, min(2 × max_num_seqs, 512)."""
+    if row.backend != "vllm" or not from_inferencemax(row.raw):
+        return {}
+    if row.model == "gpt-oss-120b" or (row.model == "minimax-m2.5" and row.gpu in ("b200", "b300")):
+        return {"max_cudagraph_capture_size": 2048}
+    return {}
+
+
+def trtllm_max_num_tokens(row: Row) -> dict:
+    """InferenceX's DeepSeek-R1 TensorRT-LLM scripts size max_num_tokens as CONC + ISL + 127
+    rounded up to 64 (no chunked context), with a floor of 8192 from 2026-01-21 (64af5a771). The
+    MTP runs among those rows (image ...post3, and probably the 2026-01-14 sweep) are not told
+    apart and get the same rule."""
+    if row.backend != "trtllm" or not row.model.startswith("deepseek") or not from_inferencemax(row.raw):
+        return {}
+    stamp = re.search(r"measured=(\d{4}-\d{2}-\d{2})", row.raw["silicon_data_source"])
+    tokens = -(-(row.concurrency + row.isl + 127) // 64) * 64
+    if stamp is None or stamp.group(1) >= "2026-01-21":
+        tokens = max(tokens, 8192)
+    return {"max_num_tokens": tokens, "enable_chunked_context": False}
 
 
 def trtllm_batch_wait(row: Row) -> dict:
@@ -201,7 +300,15 @@ def row_config(row: Row, requests_per_user: int = 10, profile: str | None = None
         per_rank = max(row.batch_size, -(-row.concurrency // row.attention_dp))
         workers = {"aggregated": _role(RoleShape(1, row.tp, row.attention_dp, row.ep, per_rank),
                                        row.backend, max_len, recv, row.gpu)}
-        workers["aggregated"]["scheduler"].update(trtllm_batch_wait(row))
+        scheduler = workers["aggregated"]["scheduler"]
+        scheduler.update(trtllm_batch_wait(row))
+        scheduler.update(trtllm_max_num_tokens(row))
+        scheduler.update(vllm_capture_size(row))
+        recipe = sglang_recipe(row) if row.backend == "sglang" else None
+        if recipe is not None:
+            _, chunk, prefill = recipe
+            scheduler["chunked_prefill_size"] = chunk
+            scheduler["max_prefill_tokens"] = prefill
     return {
         "model": row.model,
         "gpu": row.gpu,

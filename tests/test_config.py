@@ -253,6 +253,12 @@ def test_an_unmodelled_engine_version_lists_the_modelled_ones():
                                                                          engine__version="0.32.0")
 
 
+def test_a_version_written_as_a_number_says_to_quote_it():
+    # YAML reads `version: 0.30` as the float 0.3.
+    assert 'quote it, as in version: "0.3"' in _error(engine__version=0.3)
+    assert "must be" not in _error(engine__version=1)
+
+
 def test_engine_version_is_in_the_resolved_config_and_the_summary(tmp_path):
     import servesim
     from servesim.config import config_to_yaml

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import Field, ValidationError, ValidationInfo, model_validator
+from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from servesim.engine.registry import BACKENDS, DEFAULT_BACKEND
 from servesim.schema_base import (
@@ -237,6 +237,15 @@ class EngineConfig(StrictModel):
     backend: BackendName = DEFAULT_BACKEND
     # The upstream version of the backend to follow; null: the newest it models (engine/registry.py).
     version: str | None = None
+
+    @field_validator("version", mode="before")
+    @classmethod
+    def _version_is_text(cls, value: Any) -> Any:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            # YAML reads 0.32 as a number (and 0.30 as 0.3): say how to write it.
+            raise ValueError(f"a version is text: quote it, as in version: \"{value}\" "
+                             "(unquoted, YAML reads it as a number and drops trailing zeros)")
+        return value
     # A fixed tokenization time in place of the request path's per-token one (kept from before
     # the request path existed; with the path off it is the only frontend cost).
     tokenization_ms: NonNegativeFloat | None = None
