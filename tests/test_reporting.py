@@ -550,8 +550,9 @@ def test_a_ramp_up_behind_max_concurrency_is_not_a_closed_loop():
 def test_kv_offload_says_the_reference_engine_ran():
     # cluster/fleet.py runs the exact KV cache and scheduler for a role with kv_offload.
     from servesim.config import load_config
-    from servesim.metrics.run_info import engine_choice
+    from servesim.cluster.engine_choice import choose_engines
 
     cfg = load_config(None, [("engine.workers.aggregated.kv_offload", {"host_gb": 10.0, "bandwidth_gb_s": 50.0})]).config
-    assert engine_choice(cfg, False, False)[0] == "reference"
-    assert engine_choice(load_config(None).config, False, False)[0] == "fast"
+    offload = choose_engines(cfg, False, False)
+    assert offload.path == "reference" and offload.roles["aggregated"].exact_cache
+    assert choose_engines(load_config(None).config, False, False).path == "fast"

@@ -11,20 +11,17 @@ from typing import Any, TextIO
 
 from servesim import __version__, limits
 from servesim.api_checks import check_simulate_arguments
-from servesim.cluster.fleet import RequestFactory, build_roles
-from servesim.cluster.router import Router
-from servesim.cluster.simulation import Simulation
+from servesim.cluster.build import build_cluster
+from servesim.cluster.engine_choice import choose_engines
 from servesim.config import SimulationConfig, config_hash, load_config
 from servesim.errors import ServesimError
 from servesim.metrics.collector import Collector
 from servesim.metrics.records import RequestTable
-from servesim.metrics.run_info import engine_choice
 from servesim.metrics.run_report import report_run
 from servesim.metrics.summary import DEFAULT_PERCENTILES, check_percentiles, summarize
 from servesim.config.resolution import ResolvedRun, resolve
 from servesim.workload.clients import make_client
-from servesim.workload.prompt import PrefixInterner
-from servesim.workload.synthetic import content_block_size, generate, synthetic_count
+from servesim.workload.synthetic import generate, synthetic_count
 from servesim.workload.trace import TraceRequest, file_sha256, load_trace
 
 
@@ -103,24 +100,8 @@ def simulate(
     client = make_client(cfg.workload.client, requests, cfg.seed, total=synthetic_count(cfg.workload))
 
     collector = Collector(pass_log, cfg.workload.warmup_requests, token_times=detailed)
-    sim = Simulation(client, round(cfg.engine.tokenization_ms * 1e6), collector)
-    # The pass log lists every request of every pass, which the fast engine does not visit.
-    use_reference = cfg.engine.reference or pass_log is not None or detailed
-    sim.roles = build_roles(cfg, run.deployments, sim, sim.on_pass_done, use_reference)
-    workers = [w for role in sim.roles.values() for w in role.workers]
-    collector.register(workers)
-    for worker in workers:
-        worker.scheduler.exclude_warmup(cfg.workload.warmup_requests)
-    interner = PrefixInterner()
-    if isinstance(requests, list):
-        interner.count_requests(requests, cfg.workload.trace_block_size)
-    for name, role in sim.roles.items():
-        sim.factories[name] = RequestFactory(role.scheduler_cfg, content_block_size(cfg.workload), interner)
-        sim.routers[name] = Router(cfg.router, role.workers, cfg.seed, purpose=f"router:{name}")
-    if cfg.engine.disaggregated:
-        from servesim.cluster.disaggregation import Disaggregation
-
-        sim.disaggregation = Disaggregation(sim, cfg.engine.kv_transfer, run.deployments)
+    engines = choose_engines(cfg, pass_log is not None, detailed)
+    sim = build_cluster(run, engines, client, collector, requests)
 
     if isinstance(requests, list):
         total = len(requests)
@@ -155,8 +136,7 @@ def simulate(
         "mean_acceptance_length": _mean_acceptance_length(sim.roles),
         "workers": collector.worker_summaries(sim.now),
     })
-    notes = report_run(summary, records, run, sim, requests, profile_given,
-                       engine_choice(cfg, pass_log is not None, detailed))
+    notes = report_run(summary, records, run, sim, requests, profile_given, engines)
     return Result(summary=summary, requests=records, config=cfg, warnings=notes, timelines=collector.timelines(),
                   token_times=collector.token_times)
 

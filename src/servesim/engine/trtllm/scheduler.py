@@ -122,6 +122,12 @@ class TrtllmScheduler(SchedulerCore):
         self._update_after_schedule(out)
         return out
 
+    def abort(self, request: Request) -> bool:
+        """TensorRT-LLM's `Executor.cancel_request`: the request is terminated at the next
+        iteration and `KVCacheManager` frees its blocks (reusable ones stay in the block
+        reuse tree); SchedulerCore.abort does exactly that between passes."""
+        return super().abort(request)
+
     def _chunk(self, remaining: int, budget: int, block: int) -> int:
         if remaining <= budget:
             return remaining
