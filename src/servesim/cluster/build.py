@@ -15,7 +15,7 @@ from servesim.cluster.engine_choice import RunEngines, choose_engines
 from servesim.cluster.fleet import RequestFactory, build_roles
 from servesim.cluster.router import Router
 from servesim.cluster.simulation import Cluster, Simulation, TokenFn
-from servesim.config.resolution import ResolvedRun
+from servesim.config.run_spec import RunSpec
 from servesim.metrics.collector import Collector
 from servesim.workload.clients import Client, ScheduledClient
 from servesim.workload.prompt import PrefixInterner
@@ -23,31 +23,31 @@ from servesim.workload.synthetic import content_block_size
 from servesim.workload.trace import TraceRequest
 
 
-def build_cluster(run: ResolvedRun, engines: RunEngines, client: Client, collector: Collector,
+def build_cluster(spec: RunSpec, engines: RunEngines, client: Client, collector: Collector,
                   requests: Iterable[TraceRequest] = (), on_token: TokenFn | None = None) -> Simulation:
-    """The simulation of `run`'s fleet under `client`. `requests`, when a list, are counted
+    """The simulation of `spec`'s fleet under `client`. `requests`, when a list, are counted
     first by the shared prefix interner (a trace's block ids)."""
-    cfg = run.config
-    disaggregated = cfg.engine.disaggregated
+    workload = spec.config.workload
+    disaggregated = spec.disaggregated
     # A finish is quiet outside its engine when no client waits on it and no prefill worker
     # waits for the blocks it frees: runs of decode passes may then go past it. Under
     # disaggregation KV transfers and block reservations reach a decode worker between its
     # passes too, and a run in flight cannot take those in: runs commit their follow-up early.
     quiet = isinstance(client, ScheduledClient) and not disaggregated
-    roles = build_roles(cfg, run.deployments, engines, finishes_are_quiet=quiet, runs_commit_late=not disaggregated)
+    roles = build_roles(spec, engines, finishes_are_quiet=quiet, runs_commit_late=not disaggregated)
     workers = [w for role in roles.values() for w in role.workers]
     collector.register(workers)
     for worker in workers:
-        worker.scheduler.exclude_warmup(cfg.workload.warmup_requests)
+        worker.scheduler.exclude_warmup(spec.warmup_requests)
     interner = PrefixInterner()
     if isinstance(requests, list):
-        interner.count_requests(requests, cfg.workload.trace_block_size)
+        interner.count_requests(requests, workload.trace_block_size)
     factories, routers = {}, {}
     for name, role in roles.items():
-        factories[name] = RequestFactory(role.scheduler_cfg, content_block_size(cfg.workload), interner)
-        routers[name] = Router(cfg.router, role.workers, cfg.seed, purpose=f"router:{name}")
-    cluster = Cluster(roles, factories, routers, cfg.engine.kv_transfer if disaggregated else None, run.deployments)
-    return Simulation(client, round(cfg.engine.tokenization_ms * 1e6), collector, cluster, on_token)
+        factories[name] = RequestFactory(role.scheduler_cfg, content_block_size(workload), interner)
+        routers[name] = Router(spec.router, role.workers, purpose=f"router:{name}")
+    cluster = Cluster(roles, factories, routers, spec.transfer)
+    return Simulation(client, spec.tokenization_ns, collector, cluster, on_token)
 
 
 def open_simulation(config: Any = None, overrides: list[tuple[str, Any]] | None = None,
@@ -65,7 +65,7 @@ def open_simulation(config: Any = None, overrides: list[tuple[str, Any]] | None 
 
     loaded = load_config(config, list(overrides or []))
     limits.check_config(loaded.config, loaded.source)
-    run = resolve(loaded)
-    engines = choose_engines(run.config, pass_log=False, token_times=False, on_token=on_token is not None)
-    collector = Collector(None, run.config.workload.warmup_requests)
-    return build_cluster(run, engines, ScheduledClient(iter(())), collector, on_token=on_token)
+    spec = resolve(loaded)
+    engines = choose_engines(spec, pass_log=False, token_times=False, on_token=on_token is not None)
+    collector = Collector(None, spec.warmup_requests)
+    return build_cluster(spec, engines, ScheduledClient(iter(())), collector, on_token=on_token)

@@ -23,29 +23,25 @@ from __future__ import annotations
 import heapq
 from collections import deque
 
-from servesim.config import KvTransferConfig
+from servesim.config.run_spec import TransferSpec
 from servesim.engine.request import Request, Status
 from servesim.engine.worker import Worker
-from servesim.hardware.deployment import Deployment
 from servesim.workload.trace import TraceRequest
 
 TRANSFER_DONE = 1  # handled with the frontend arrivals, before engine arrivals and scheduler calls
 
 
 class Disaggregation:
-    def __init__(self, sim, cluster, cfg: KvTransferConfig, deployments: dict[str, Deployment]) -> None:
+    def __init__(self, sim, cluster, transfer: TransferSpec) -> None:
         self.sim = sim   # the loop: route, push and complete (cluster/simulation.py)
         self.prefill_workers = cluster.roles["prefill"].workers
         self.decode_workers = cluster.roles["decode"].workers
         self.decode_factory = cluster.factories["decode"]
         self.decode_router = cluster.routers["decode"]
-        prefill, decode = deployments["prefill"], deployments["decode"]
-        per_gpu_gb_s = cfg.bandwidth_gb_s or min(prefill.gpu.network_gb_s, decode.gpu.network_gb_s)
-        # Each TP rank sends its own shard over its own NIC: the links work in parallel.
-        self.bytes_per_s = per_gpu_gb_s * 1e9 * min(prefill.gpus, decode.gpus)
-        self.latency_ns = round(cfg.latency_ms * 1e6)
-        self.first_token_from = cfg.first_token_from
-        self.kv_bytes_per_token = prefill.arch.kv_bytes_per_token(prefill.kv_bytes)
+        self.bytes_per_s = transfer.bytes_per_s
+        self.latency_ns = transfer.latency_ns
+        self.first_token_from = transfer.first_token_from
+        self.kv_bytes_per_token = transfer.kv_bytes_per_token
         self.pending: dict[str, deque] = {}
         self._transfers_due: list[int] = []   # end times of the transfers in flight (a heap)
 

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from servesim.config.run_spec import RunSpec
+
 FAST, REFERENCE = "fast", "reference"
 DEFAULT_REASON = "the default (the reference engine gives the same results, more slowly)"
 OFFLOAD_REASON = "KV offload runs the exact KV cache (cluster/fleet.py: host-tier keys must be exact)"
@@ -61,10 +63,10 @@ def whole_run_reason(reference: bool, pass_log: bool, token_times: bool, on_toke
     return None
 
 
-def choose_engines(config, pass_log: bool, token_times: bool, on_token: bool = False) -> RunEngines:
-    """The engine of every role of `config` (a resolved SimulationConfig)."""
-    roles = config.engine.roles()
-    whole = whole_run_reason(config.engine.reference, pass_log, token_times, on_token)
+def choose_engines(spec: RunSpec, pass_log: bool, token_times: bool, on_token: bool = False) -> RunEngines:
+    """The engine of every role of the run."""
+    roles = spec.roles
+    whole = whole_run_reason(spec.reference, pass_log, token_times, on_token)
     if whole is not None:
         return RunEngines(REFERENCE, whole, {name: EngineChoice(REFERENCE, whole, True) for name in roles})
     choices = {}

@@ -5,12 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from servesim.cluster.engine_choice import EngineChoice, RunEngines
-from servesim.config import RoleConfig, SimulationConfig
+from servesim.config import SimulationConfig
+from servesim.config.run_spec import RoleSpec, RunSpec
 from servesim.engine.backend import SchedulerSettings
 from servesim.engine.kv.cache import KvCache
 from servesim.engine.kv.host_tier import HostTier
 from servesim.engine.kv.reference_cache import ReferenceKvCache
-from servesim.engine.registry import backend_of, get_backend
+from servesim.engine.registry import backend_of
 from servesim.engine.request import Request
 from servesim.engine.speculative import Speculation
 from servesim.engine.worker import Worker
@@ -43,17 +44,20 @@ def check_fleet_size(cfg: SimulationConfig) -> None:
 @dataclass
 class Role:
     name: str                    # "aggregated", "prefill" or "decode"
-    cfg: RoleConfig
-    deployment: Deployment
+    spec: RoleSpec
     workers: list[Worker]
 
     @property
-    def scheduler_cfg(self):
-        return self.cfg.scheduler
+    def deployment(self) -> Deployment:
+        return self.spec.deployment
+
+    @property
+    def scheduler_cfg(self) -> SchedulerSettings:
+        return self.spec.scheduler
 
     @property
     def gpus(self) -> int:
-        return self.cfg.count * self.cfg.tp * self.cfg.pp * self.cfg.attention_dp
+        return self.spec.gpus
 
 
 class RequestFactory:
@@ -101,21 +105,19 @@ def make_scheduler(sched, kv, choice: EngineChoice, speculative=None, seed: int 
     return scheduler
 
 
-def build_roles(cfg: SimulationConfig, deployments: dict[str, Deployment], engines: RunEngines,
-                finishes_are_quiet: bool, runs_commit_late: bool) -> dict[str, Role]:
+def build_roles(spec: RunSpec, engines: RunEngines, finishes_are_quiet: bool, runs_commit_late: bool) -> dict[str, Role]:
     """Each role's workers. `finishes_are_quiet`: a finish changes nothing outside its engine
     before the next arrival; `runs_commit_late`: only arrivals reach a worker between its
     passes, so an async run may commit its follow-up pass late (engine/worker.py)."""
-    check_fleet_size(cfg)
-    backend = get_backend(cfg.engine.backend)
+    backend = spec.backend
     roles = {}
-    for role_name, role_cfg in cfg.engine.roles().items():
-        sched = role_cfg.scheduler
-        deployment = deployments[role_name]
+    for role_name, role in spec.roles.items():
+        sched = role.scheduler
+        deployment = role.deployment
         choice = engines.roles[role_name]
         workers = []
-        for index in range(role_cfg.count):
-            offload = role_cfg.kv_offload
+        for index in range(role.count):
+            offload = role.kv_offload
             kv = (ReferenceKvCache if choice.exact_cache else KvCache)(
                 num_gpu_blocks=sched.kv_blocks,
                 block_size=sched.kv_block_size,
@@ -126,15 +128,15 @@ def build_roles(cfg: SimulationConfig, deployments: dict[str, Deployment], engin
             )
             if offload is not None:
                 kv.host = host_tier(offload, deployment, sched.kv_block_size)
-            scheduler = make_scheduler(sched, kv, choice, role_cfg.speculative, cfg.seed)
+            scheduler = make_scheduler(sched, kv, choice, role.speculative, spec.seed)
             scheduler.finishes_are_quiet = finishes_are_quiet
-            timing = build_timing_model(cfg.engine.timing, deployment, backend.name, role_cfg.speculative)
+            timing = build_timing_model(spec.config.engine.timing, deployment, backend.name, role.speculative)
             late_follow = runs_commit_late and sched.overlap and scheduler.commits_follow_late
             worker = Worker(f"{role_name}-{index}", scheduler, timing, sched.overlap, late_follow)
             worker.index = index
             worker.role = role_name
             workers.append(worker)
-        roles[role_name] = Role(role_name, role_cfg, deployment, workers)
+        roles[role_name] = Role(role_name, role, workers)
     return roles
 
 

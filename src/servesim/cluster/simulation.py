@@ -36,12 +36,11 @@ from servesim import limits
 from servesim.cluster.disaggregation import Disaggregation
 from servesim.cluster.fleet import RequestFactory, Role
 from servesim.cluster.router import Router
-from servesim.config import KvTransferConfig
+from servesim.config.run_spec import TransferSpec
 from servesim.engine.passes import ScheduledPass
 from servesim.engine.request import Request, Status
 from servesim.errors import ServesimError
 from servesim.engine.worker import Worker
-from servesim.hardware.deployment import Deployment
 from servesim.metrics.collector import Collector
 from servesim.workload.clients import Client, ScheduledClient
 from servesim.workload.trace import TraceRequest
@@ -60,8 +59,7 @@ class Cluster:
     roles: dict[str, Role]
     factories: dict[str, RequestFactory]
     routers: dict[str, Router]
-    kv_transfer: KvTransferConfig | None = None   # disaggregated serving
-    deployments: dict[str, Deployment] | None = None
+    transfer: TransferSpec | None = None   # disaggregated serving
 
 
 @dataclass(frozen=True)
@@ -88,8 +86,8 @@ class Simulation:
         self.routers = cluster.routers
         self.factories = cluster.factories
         self.disaggregation: Disaggregation | None = None
-        if cluster.kv_transfer is not None:
-            self.disaggregation = Disaggregation(self, cluster, cluster.kv_transfer, cluster.deployments)
+        if cluster.transfer is not None:
+            self.disaggregation = Disaggregation(self, cluster, cluster.transfer)
         for role in self.roles.values():
             for worker in role.workers:
                 worker.attach(self)

@@ -123,9 +123,9 @@ class TrtllmScheduler(SchedulerCore):
         return out
 
     def abort(self, request: Request) -> bool:
-        """TensorRT-LLM's `Executor.cancel_request`: the request is terminated at the next
-        iteration and `KVCacheManager` frees its blocks (reusable ones stay in the block
-        reuse tree); SchedulerCore.abort does exactly that between passes."""
+        """TensorRT-LLM's `Executor::cancelRequest`: the request is terminated at the executor
+        loop's next iteration and the KV cache manager frees its blocks (reusable ones stay
+        for block reuse); SchedulerCore.abort does that between passes (docs/modeling/abort.md)."""
         return super().abort(request)
 
     def _chunk(self, remaining: int, budget: int, block: int) -> int:
