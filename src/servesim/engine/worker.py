@@ -33,6 +33,7 @@ from servesim.engine.request import Request, Status
 from servesim.engine.scheduler_core import SchedulerCore
 from servesim.timing.base import PassShape, TimingModel
 
+
 class Worker:
     def __init__(
         self,
