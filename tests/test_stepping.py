@@ -180,7 +180,7 @@ def test_abort_under_disaggregation_is_refused():
         sim.abort(1, at=0)
 
 
-@pytest.mark.parametrize("backend", ["vllm", "sglang"])
+@pytest.mark.parametrize("backend", ["vllm", "sglang", "trtllm"])
 def test_run_equals_the_batch_run(backend):
     # The embedded default's trace, 150 requests under the open-loop client: submitted one
     # by one at the client's arrival times and stepped in 50 ms slices, the loop gives the

@@ -22,17 +22,21 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
+from typing import TYPE_CHECKING
 
 from servesim.config.run_spec import TransferSpec
 from servesim.engine.request import Request, Status
 from servesim.engine.worker import Worker
 from servesim.workload.trace import TraceRequest
 
+if TYPE_CHECKING:
+    from servesim.cluster.simulation import Cluster, Simulation
+
 TRANSFER_DONE = 1  # handled with the frontend arrivals, before engine arrivals and scheduler calls
 
 
 class Disaggregation:
-    def __init__(self, sim, cluster, transfer: TransferSpec) -> None:
+    def __init__(self, sim: Simulation, cluster: Cluster, transfer: TransferSpec) -> None:
         self.sim = sim   # the loop: route, push and complete (cluster/simulation.py)
         self.prefill_workers = cluster.roles["prefill"].workers
         self.decode_workers = cluster.roles["decode"].workers
