@@ -88,3 +88,34 @@ def test_the_grep_finds_each_kind_of_branch(tmp_path):
     found = violations(tmp_path)
     assert [line.split(":")[1] for line in found] == ["1", "3", "4", "6", "7", "8", "9", "14"]
     assert all(line.startswith("src/servesim/bad.py:") for line in found)
+
+
+def test_fast_forward_is_declared_not_probed():
+    # engine/events.py: a scheduler that fast-forwards says so with `fast_forwards`, and has
+    # every FastForward method; the worker reads the flag, never hasattr.
+    from servesim.engine.events import FastForward
+
+    methods = [name for name in vars(FastForward) if not name.startswith("_")
+               and callable(getattr(FastForward, name))]
+    assert set(methods) == {"may_run", "quiet_steps", "run_segments", "extend", "is_final"}
+    for backend in BACKENDS.values():
+        for reference in (False, True):
+            cls = type(backend.make_scheduler(_resolved_scheduler(backend.name), _NoCache(), reference))
+            assert cls.fast_forwards is not reference, cls
+            if cls.fast_forwards:
+                # is_final is asked only of a scheduler that commits its follow-up late (vLLM's).
+                needed = [m for m in methods if m != "is_final" or cls.commits_follow_late]
+                assert all(callable(getattr(cls, m, None)) for m in needed), cls
+    worker = (SRC / "engine" / "worker.py").read_text()
+    assert "hasattr(" not in "\n".join(_code_lines(worker))
+
+
+class _NoCache:
+    block_size = 16
+
+
+def _resolved_scheduler(backend: str):
+    from servesim.config import load_config
+    from servesim.config.resolution import resolve
+
+    return resolve(load_config(None, [("engine.backend", backend)])).roles["aggregated"].scheduler

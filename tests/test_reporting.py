@@ -279,7 +279,7 @@ def test_simulated_block(tmp_path, run):
         "model": "llama-3.1-8b", "model_id": fast["model_id"], "gpu": "h100-sxm", "backend": "vllm",
         "engine_version": "0.32.0", "engine_version_followed": "vLLM 0.32.0",
         "roles": {"aggregated": {"count": 1, "tp": 1, "ep": 1, "attention_dp": 1, "pp": 1, "gpus": 1,
-                                 "speculative": False, "kv_offload": False}},
+                                 "speculative": False, "kv_offload": False, "engine": "fast"}},
         "timing": {"kind": "fixed", "pass_ms": 10.0, "profile_used": None},
         "client": {"mode": "open_loop", "time_scale": 1.0},
         "slo": {"ttft_ms": 2000.0, "tpot_ms": 50.0, "e2e_ms": None},
@@ -550,8 +550,10 @@ def test_a_ramp_up_behind_max_concurrency_is_not_a_closed_loop():
 def test_kv_offload_says_the_reference_engine_ran():
     # cluster/fleet.py runs the exact KV cache and scheduler for a role with kv_offload.
     from servesim.config import load_config
-    from servesim.metrics.run_info import engine_choice
+    from servesim.cluster.engine_choice import choose_engines
+    from servesim.config.resolution import resolve
 
-    cfg = load_config(None, [("engine.workers.aggregated.kv_offload", {"host_gb": 10.0, "bandwidth_gb_s": 50.0})]).config
-    assert engine_choice(cfg, False, False)[0] == "reference"
-    assert engine_choice(load_config(None).config, False, False)[0] == "fast"
+    spec = resolve(load_config(None, [("engine.workers.aggregated.kv_offload", {"host_gb": 10.0, "bandwidth_gb_s": 50.0})]))
+    offload = choose_engines(spec, False, False)
+    assert offload.path == "reference" and offload.roles["aggregated"].exact_cache
+    assert choose_engines(resolve(load_config(None)), False, False).path == "fast"

@@ -11,20 +11,18 @@ from typing import Any, TextIO
 
 from servesim import __version__, limits
 from servesim.api_checks import check_simulate_arguments
-from servesim.cluster.fleet import RequestFactory, build_roles
-from servesim.cluster.router import Router
-from servesim.cluster.simulation import Simulation
+from servesim.cluster.build import build_cluster
+from servesim.cluster.engine_choice import choose_engines
 from servesim.config import SimulationConfig, config_hash, load_config
 from servesim.errors import ServesimError
 from servesim.metrics.collector import Collector
 from servesim.metrics.records import RequestTable
-from servesim.metrics.run_info import engine_choice
 from servesim.metrics.run_report import report_run
 from servesim.metrics.summary import DEFAULT_PERCENTILES, check_percentiles, summarize
-from servesim.config.resolution import ResolvedRun, resolve, run_request_path
+from servesim.config.resolution import resolve
+from servesim.config.run_spec import RunSpec
 from servesim.workload.clients import make_client
-from servesim.workload.prompt import PrefixInterner
-from servesim.workload.synthetic import content_block_size, generate, synthetic_count
+from servesim.workload.synthetic import generate, synthetic_count
 from servesim.workload.trace import TraceRequest, file_sha256, load_trace
 
 
@@ -40,7 +38,7 @@ class Result:
     token_times: dict[int, Any] | None = None
 
 
-def _load_requests(run: ResolvedRun) -> tuple[Iterable[TraceRequest], dict[str, Any]]:
+def _load_requests(run: RunSpec) -> tuple[Iterable[TraceRequest], dict[str, Any]]:
     workload = run.config.workload
     if run.trace_path is not None:
         # One past the limit, so a longer trace is refused without being read whole.
@@ -52,7 +50,7 @@ def _load_requests(run: ResolvedRun) -> tuple[Iterable[TraceRequest], dict[str, 
     if lengths is not None and not lengths.is_file():
         problem = "is a folder, not a file" if lengths.is_dir() else "does not exist"
         raise ServesimError(f"workload.synthetic.lengths_from: {lengths} {problem}")
-    stream = generate(synthetic, run.config.seed, lengths)
+    stream = generate(synthetic, run.seed, lengths)
     if workload.max_requests is not None:
         stream = itertools.islice(stream, workload.max_requests)
     info = {"trace": None if lengths is None else str(lengths), "trace_format": "synthetic",
@@ -96,49 +94,33 @@ def simulate(
     loaded = load_config(config, overrides)
     limits.check_config(loaded.config, loaded.source)
     profile_given = getattr(loaded.config.engine.timing, "profile", None) is not None
-    run = resolve(loaded)
-    cfg = run.config
+    run = resolve(loaded)   # the run spec: what every part below reads
+    cfg = run.config        # its resolved config: the workload, client and SLO blocks, and Result.config
     requests, trace_info = _load_requests(run)
     limits.check_requests(requests, cfg, run.source)
-    client = make_client(cfg.workload.client, requests, cfg.seed, total=synthetic_count(cfg.workload))
+    client = make_client(cfg.workload.client, requests, run.seed, total=synthetic_count(cfg.workload))
 
-    collector = Collector(pass_log, cfg.workload.warmup_requests, token_times=detailed)
-    sim = Simulation(client, run_request_path(run), collector)
-    # The pass log lists every request of every pass, which the fast engine does not visit.
-    use_reference = cfg.engine.reference or pass_log is not None or detailed
-    sim.roles = build_roles(cfg, run.deployments, sim, sim.on_pass_done, use_reference)
-    workers = [w for role in sim.roles.values() for w in role.workers]
-    collector.register(workers)
-    for worker in workers:
-        worker.scheduler.exclude_warmup(cfg.workload.warmup_requests)
-    interner = PrefixInterner()
-    if isinstance(requests, list):
-        interner.count_requests(requests, cfg.workload.trace_block_size)
-    for name, role in sim.roles.items():
-        sim.factories[name] = RequestFactory(role.scheduler_cfg, content_block_size(cfg.workload), interner)
-        sim.routers[name] = Router(cfg.router, role.workers, cfg.seed, purpose=f"router:{name}")
-    if cfg.engine.disaggregated:
-        from servesim.cluster.disaggregation import Disaggregation
-
-        sim.disaggregation = Disaggregation(sim, cfg.engine.kv_transfer, run.deployments)
+    collector = Collector(pass_log, run.warmup_requests, token_times=detailed)
+    engines = choose_engines(run, pass_log is not None, detailed)
+    sim = build_cluster(run, engines, client, collector, requests)
 
     if isinstance(requests, list):
         total = len(requests)
     else:
         total = min(cfg.workload.synthetic.num_requests, cfg.workload.max_requests or 1 << 62)
-    if cfg.workload.warmup_requests >= total:
-        raise ServesimError(f"workload.warmup_requests is {cfg.workload.warmup_requests} but the workload has "
+    if run.warmup_requests >= total:
+        raise ServesimError(f"workload.warmup_requests is {run.warmup_requests} but the workload has "
                             f"only {total} requests: nothing would be measured")
     with limits.clock_overflow_is_an_error():
         sim.run(progress=(lambda t, done: progress(t, done, total)) if progress else None)
 
     records = collector.records
-    summary = summarize(records, collector.itl, cfg.slo, cfg.workload.warmup_requests, percentiles,
+    summary = summarize(records, collector.itl, cfg.slo, run.warmup_requests, percentiles,
                         collector.deliveries())
     wall_ms = (time.perf_counter() - wall_start) * 1e3
-    gpus = sum(role.gpus for role in sim.roles.values())
+    gpus = run.gpus
     summary.update({
-        "warmup_requests": cfg.workload.warmup_requests,
+        "warmup_requests": run.warmup_requests,
         "passes": collector.num_passes,
         "preemptions": collector.num_preemptions,
         "peak_batch_requests": collector.peak_running,
@@ -155,8 +137,7 @@ def simulate(
         "mean_acceptance_length": _mean_acceptance_length(sim.roles),
         "workers": collector.worker_summaries(sim.now),
     })
-    notes = report_run(summary, records, run, sim, requests, profile_given,
-                       engine_choice(cfg, pass_log is not None, detailed))
+    notes = report_run(summary, records, run, sim, requests, profile_given, engines)
     return Result(summary=summary, requests=records, config=cfg, warnings=notes, timelines=collector.timelines(),
                   token_times=collector.token_times)
 

@@ -28,7 +28,9 @@ def assert_same(config):
     b = {k: v for k, v in reference.summary.items() if k not in ("wall_time_ms",)}
     b["config_hash"] = a["config_hash"]  # the configs differ only in engine.reference
     b["simulated"] = dict(b["simulated"], engine=a["simulated"]["engine"],  # which names the engine that ran
-                          engine_reason=a["simulated"]["engine_reason"])
+                          engine_reason=a["simulated"]["engine_reason"],
+                          roles={name: dict(role, engine=a["simulated"]["roles"][name]["engine"])
+                                 for name, role in b["simulated"]["roles"].items()})
     # KV-usage samples are taken per pass record, and a fast-forwarded run is one record.
     for workers in (a["workers"], b["workers"]):
         for w in workers:

@@ -22,27 +22,31 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
+from typing import TYPE_CHECKING
 
-from servesim.config import KvTransferConfig
+from servesim.config.run_spec import TransferSpec
 from servesim.engine.request import Request, Status
 from servesim.engine.worker import Worker
-from servesim.hardware.deployment import Deployment
 from servesim.workload.trace import TraceRequest
+
+if TYPE_CHECKING:
+    from servesim.cluster.simulation import Cluster, Simulation
 
 TRANSFER_DONE = 1  # handled with the frontend arrivals, before engine arrivals and scheduler calls
 
 
 class Disaggregation:
-    def __init__(self, sim, cfg: KvTransferConfig, deployments: dict[str, Deployment]) -> None:
-        self.sim = sim
-        prefill, decode = deployments["prefill"], deployments["decode"]
-        per_gpu_gb_s = cfg.bandwidth_gb_s or min(prefill.gpu.network_gb_s, decode.gpu.network_gb_s)
-        # Each TP rank sends its own shard over its own NIC: the links work in parallel.
-        self.bytes_per_s = per_gpu_gb_s * 1e9 * min(prefill.gpus, decode.gpus)
-        self.latency_ns = round(cfg.latency_ms * 1e6)
-        self.first_token_from = cfg.first_token_from
-        self.handoff_admission = cfg.handoff_admission
-        self.kv_bytes_per_token = prefill.arch.kv_bytes_per_token(prefill.kv_bytes)
+    def __init__(self, sim: Simulation, cluster: Cluster, transfer: TransferSpec) -> None:
+        self.sim = sim   # the loop: route, push and complete (cluster/simulation.py)
+        self.prefill_workers = cluster.roles["prefill"].workers
+        self.decode_workers = cluster.roles["decode"].workers
+        self.decode_factory = cluster.factories["decode"]
+        self.decode_router = cluster.routers["decode"]
+        self.bytes_per_s = transfer.bytes_per_s
+        self.latency_ns = transfer.latency_ns
+        self.first_token_from = transfer.first_token_from
+        self.handoff_admission = transfer.handoff_admission
+        self.kv_bytes_per_token = transfer.kv_bytes_per_token
         self.pending: dict[str, deque] = {}
         self._transfers_due: list[int] = []   # end times of the transfers in flight (a heap)
 
@@ -69,8 +73,8 @@ class Disaggregation:
     def _hand_over(self, prefill_worker: Worker, prefill: Request, now: int) -> None:
         sim = self.sim
         trace_request = prefill.handoff
-        factory = sim.factories["decode"]
-        router = sim.routers["decode"]
+        factory = self.decode_factory
+        router = self.decode_router
         keys = None
         if factory.sched.prefix_caching:
             # The prefill side's keys serve when both sides cut the prompt into the same blocks.
@@ -78,7 +82,7 @@ class Disaggregation:
             if keys is None or keys.block_size != factory.sched.kv_block_size:
                 keys = factory.keys(trace_request)
         index = router.choose(trace_request.input_length, trace_request.output_length, lambda worker: keys)
-        decode_worker = sim.roles["decode"].workers[index]
+        decode_worker = self.decode_workers[index]
         request = factory.make(trace_request, prefill.arrival_ns, prefill.engine_arrival_ns, keys=keys)
         request.worker = decode_worker.name
         request.prefill_worker = prefill_worker.name
@@ -129,6 +133,21 @@ class Disaggregation:
 
     def next_transfer_done(self) -> int | None:
         return self._transfers_due[0] if self._transfers_due else None
+
+    def horizon_times(self, worker: Worker, now: int) -> list[int | None]:
+        """When the P/D handoff can next reach `worker` (Simulation.horizon takes the earliest)."""
+        # A finished transfer frees a prefill worker's blocks and queues work on a decode
+        # worker; a prefill pass end can reserve a decode worker's blocks for a handoff.
+        times = [self.next_transfer_done()]
+        if worker.role == "decode":
+            # A prefill worker hands over only at the end of a pass that samples.
+            times.extend(w.next_output_bound(now) for w in self.prefill_workers)
+            # A decode pass end with handoffs queued for it starts their transfers; each
+            # frees a prefill worker's blocks, whose next prefill may come to this worker.
+            pending = self.pending
+            times.extend(w.executing.end_ns for w in self.decode_workers
+                         if w is not worker and w.executing is not None and pending.get(w.name))
+        return times
 
     def _on_transfer_done(self, now: int, job) -> None:
         heapq.heappop(self._transfers_due)

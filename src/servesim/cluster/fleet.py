@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from servesim.config import RoleConfig, SimulationConfig
+from servesim.cluster.engine_choice import EngineChoice, RunEngines
+from servesim.config import SimulationConfig
+from servesim.config.run_spec import RoleSpec, RunSpec
 from servesim.engine.backend import SchedulerSettings
 from servesim.engine.kv.cache import KvCache
 from servesim.engine.kv.host_tier import HostTier
 from servesim.engine.kv.reference_cache import ReferenceKvCache
-from servesim.engine.registry import backend_of, get_backend
+from servesim.engine.registry import backend_of
 from servesim.engine.request import Request
 from servesim.engine.speculative import Speculation
 from servesim.engine.worker import Worker
@@ -42,17 +44,20 @@ def check_fleet_size(cfg: SimulationConfig) -> None:
 @dataclass
 class Role:
     name: str                    # "aggregated", "prefill" or "decode"
-    cfg: RoleConfig
-    deployment: Deployment
+    spec: RoleSpec
     workers: list[Worker]
 
     @property
-    def scheduler_cfg(self):
-        return self.cfg.scheduler
+    def deployment(self) -> Deployment:
+        return self.spec.deployment
+
+    @property
+    def scheduler_cfg(self) -> SchedulerSettings:
+        return self.spec.scheduler
 
     @property
     def gpus(self) -> int:
-        return self.cfg.count * self.cfg.tp * self.cfg.pp * self.cfg.attention_dp
+        return self.spec.gpus
 
 
 class RequestFactory:
@@ -92,31 +97,28 @@ class RequestFactory:
         return self.backend.reject_reason(self.sched, input_length)
 
 
-def make_scheduler(sched, kv, use_reference: bool, speculative=None, seed: int = 0):
-    """The backend's scheduling policy over the common engine core."""
-    # Drafts make decoding requests advance by different amounts, so the fast engine's
-    # lockstep decode group does not apply: speculative decoding runs the per-request form.
-    scheduler = backend_of(sched).make_scheduler(sched, kv, use_reference or speculative is not None)
+def make_scheduler(sched, kv, choice: EngineChoice, speculative=None, seed: int = 0):
+    """The backend's scheduling policy over the common engine core, in the form `choice` says."""
+    scheduler = backend_of(sched).make_scheduler(sched, kv, choice.reference_scheduler)
     if speculative is not None:
         scheduler.speculation = Speculation(speculative, seed)
     return scheduler
 
 
-def build_roles(cfg: SimulationConfig, deployments: dict[str, Deployment], sim, on_pass_done,
-                use_reference: bool) -> dict[str, Role]:
-    check_fleet_size(cfg)
-    backend = get_backend(cfg.engine.backend)
+def build_roles(spec: RunSpec, engines: RunEngines, finishes_are_quiet: bool, runs_commit_late: bool) -> dict[str, Role]:
+    """Each role's workers. `finishes_are_quiet`: a finish changes nothing outside its engine
+    before the next arrival; `runs_commit_late`: only arrivals reach a worker between its
+    passes, so an async run may commit its follow-up pass late (engine/worker.py)."""
+    backend = spec.backend
     roles = {}
-    for role_name, role_cfg in cfg.engine.roles().items():
-        sched = role_cfg.scheduler
-        deployment = deployments[role_name]
+    for role_name, role in spec.roles.items():
+        sched = role.scheduler
+        deployment = role.deployment
+        choice = engines.roles[role_name]
         workers = []
-        for index in range(role_cfg.count):
-            # The host tier sits under the reference cache, where every full block has its key, and
-            # the fast engine's lazily keyed blocks would store different keys: offload runs exact.
-            offload = role_cfg.kv_offload
-            exact = use_reference or offload is not None
-            kv = (ReferenceKvCache if exact else KvCache)(
+        for index in range(role.count):
+            offload = role.kv_offload
+            kv = (ReferenceKvCache if choice.exact_cache else KvCache)(
                 num_gpu_blocks=sched.kv_blocks,
                 block_size=sched.kv_block_size,
                 enable_caching=sched.prefix_caching,
@@ -126,13 +128,19 @@ def build_roles(cfg: SimulationConfig, deployments: dict[str, Deployment], sim, 
             )
             if offload is not None:
                 kv.host = host_tier(offload, deployment, sched.kv_block_size)
-            scheduler = make_scheduler(sched, kv, exact, role_cfg.speculative, cfg.seed)
-            timing = build_timing_model(cfg.engine.timing, deployment, backend.name, role_cfg.speculative, sched)
-            worker = Worker(f"{role_name}-{index}", scheduler, timing, sched.overlap, sim, on_pass_done)
+            scheduler = make_scheduler(sched, kv, choice, role.speculative, spec.seed)
+            scheduler.finishes_are_quiet = finishes_are_quiet
+            timing = build_timing_model(spec.config.engine.timing, deployment, backend.name, role.speculative, sched)
+            late_follow = runs_commit_late and sched.overlap and scheduler.commits_follow_late
+            worker = Worker(f"{role_name}-{index}", scheduler, timing, sched.overlap, late_follow)
+            # Under disaggregation a decode worker admits a handoff at its next pass, as with
+            # async scheduling off, unless the run asks for vLLM 0.33's later admission.
+            worker.commit_at_pass_end = (role_name == "decode" and spec.transfer is not None
+                                         and spec.transfer.handoff_admission == "next_pass")
             worker.index = index
             worker.role = role_name
             workers.append(worker)
-        roles[role_name] = Role(role_name, role_cfg, deployment, workers)
+        roles[role_name] = Role(role_name, role, workers)
     return roles
 
 

@@ -17,17 +17,17 @@ holds as its cache events have announced them. It never looks ahead.
 
 from __future__ import annotations
 
-from servesim.config import RouterConfig
+from servesim.config.run_spec import RouterSpec
 from servesim.seeds import rng_for
 
 
 class Router:
-    def __init__(self, cfg: RouterConfig, workers: list, root_seed: int, purpose: str = "router") -> None:
+    def __init__(self, cfg: RouterSpec, workers: list, purpose: str = "router") -> None:
         self.policy = cfg.policy
         self.overlap_weight = cfg.overlap_weight
         self.workers = workers
         self._next = 0
-        self._seed = root_seed if cfg.seed is None else cfg.seed
+        self._seed = cfg.seed
         self._purpose = purpose
         self._rng = None   # made on the first random choice: numpy.random costs start-up time
         self.outstanding = [0] * len(workers)

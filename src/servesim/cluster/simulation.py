@@ -13,7 +13,16 @@ were created:
 
 So a scheduler call at time t sees every request that reached its engine by t,
 and the worker decides from the arrival times which of them it may read
-(see engine/worker.py).
+(see engine/worker.py). Submitted requests (`submit`) and aborts (`abort`) are
+frontend events (item 2): at one instant they come after the pass ends and, with the
+client's arrivals, in the order they were made; an abort reaches its engine at the
+next scheduler call with no pass in flight (engine/worker.py's apply_aborts).
+
+The loop can be stepped: `run_until(t)` handles every event before t (the clock then
+reads t, and `submit`/`abort` take times from t on), `snapshot()` says what each worker
+holds, `run()` goes to the end. The batch runner (run.py) calls `run()` only; a run of
+decode passes is never fast-forwarded past the time `run_until` stops at, since an
+input may come then (fast-forwarding is exact, so where runs stop changes no result).
 """
 
 from __future__ import annotations
@@ -21,9 +30,13 @@ from __future__ import annotations
 import heapq
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
+from servesim import limits
+from servesim.cluster.disaggregation import Disaggregation
 from servesim.cluster.fleet import RequestFactory, Role
 from servesim.cluster.router import Router
+from servesim.config.run_spec import TransferSpec
 from servesim.engine.passes import ScheduledPass
 from servesim.engine.request import Request, Status
 from servesim.engine.request_path import RequestPath
@@ -36,19 +49,51 @@ from servesim.workload.trace import TraceRequest
 PASS_END, FRONTEND_ARRIVAL, ENGINE_ARRIVAL, SCHEDULER_CALL = 0, 1, 2, 3
 
 ProgressFn = Callable[[int, int], None]  # (simulated ns, requests done)
+TokenFn = Callable[[int, int, int], None]  # (request id, delivery time ns, output tokens so far)
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """The fleet a simulation runs (cluster/build.py makes it): each role's workers, request
+    factory and router, and the KV transfer settings when prefill and decode are split."""
+
+    roles: dict[str, Role]
+    factories: dict[str, RequestFactory]
+    routers: dict[str, Router]
+    transfer: TransferSpec | None = None   # disaggregated serving
+
+
+@dataclass(frozen=True)
+class WorkerSnapshot:
+    name: str
+    role: str
+    running: int          # requests in the running batch
+    waiting: int          # queued in the scheduler, or arrived and not yet read
+    kv_blocks_used: int   # of the worker's usable KV blocks (the null block aside)
+    busy: bool            # a pass is in flight
 
 
 class Simulation:
-    def __init__(self, client: Client, request_path: RequestPath, collector: Collector) -> None:
+    """The event loop over one cluster; an `EventSink` to each of its workers."""
+
+    def __init__(self, client: Client, request_path: RequestPath, collector: Collector, cluster: Cluster,
+                 on_token: TokenFn | None = None) -> None:
         self._heap: list = []
         self._seq = 0
         self.client = client
         self.request_path = request_path   # the API server's time before and after the engine
         self.collector = collector
-        self.roles: dict[str, Role] = {}
-        self.routers: dict[str, Router] = {}
-        self.factories: dict[str, RequestFactory] = {}
-        self.disaggregation = None   # cluster/disaggregation.py, when prefill and decode pools are split
+        self.roles = cluster.roles
+        self.routers = cluster.routers
+        self.factories = cluster.factories
+        self.disaggregation: Disaggregation | None = None
+        if cluster.transfer is not None:
+            self.disaggregation = Disaggregation(self, cluster, cluster.transfer)
+        for role in self.roles.values():
+            for worker in role.workers:
+                worker.attach(self)
+        self.on_token = on_token   # (request id, time ns, outputs so far) at each delivery
+        self.aborted: list[Request] = []   # dropped by abort(), in the order they were
         self.now = 0
         self.requests_done = 0
         self._feed: Iterator[tuple[int, TraceRequest]] | None = None
@@ -57,6 +102,9 @@ class Simulation:
         self.scheduled_arrivals = isinstance(client, ScheduledClient)
         self._admit = getattr(client, "admit", None)   # a semaphore in front of the frontend, if any
         self._feed_time: int | None = None   # the pending feed arrival, if any
+        self._started = False
+        self._inputs_due: list[int] = []     # times of the submits and aborts not yet handled (a heap)
+        self._until: int | None = None       # run_until's bound, while stepping
 
     # ------------------------------------------------------------------ scheduling events
 
@@ -73,24 +121,19 @@ class Simulation:
         With a scheduled client, aggregated workers are independent between arrivals: another
         worker's pass ends cannot reach them (a router decides only at an arrival). Under
         disaggregation, KV transfers and prefill pass ends reach across roles too. With a
-        closed-loop client any completion releases an arrival: any pending event might.
+        closed-loop client any completion releases an arrival: any pending event might. While
+        stepping, an input may come at run_until's bound.
         """
         if not self.scheduled_arrivals:
-            return self.next_event_time()
-        times = [self._feed_time, worker.next_engine_arrival()]
+            upcoming = self.next_event_time()
+            if self._until is not None and (upcoming is None or self._until < upcoming):
+                return self._until
+            return upcoming
+        times = [self._feed_time, worker.next_engine_arrival(), self._until]
+        if self._inputs_due:
+            times.append(self._inputs_due[0])
         if self.disaggregation is not None:
-            # A finished transfer frees a prefill worker's blocks and queues work on a decode
-            # worker; a prefill pass end can reserve a decode worker's blocks for a handoff.
-            times.append(self.disaggregation.next_transfer_done())
-            if worker.role == "decode":
-                # A prefill worker hands over only at the end of a pass that samples.
-                now = self.now
-                times.extend(w.next_output_bound(now) for w in self.roles["prefill"].workers)
-                # A decode pass end with handoffs queued for it starts their transfers; each
-                # frees a prefill worker's blocks, whose next prefill may come to this worker.
-                pending = self.disaggregation.pending
-                times.extend(w.executing.end_ns for w in self.roles["decode"].workers
-                             if w is not worker and w.executing is not None and pending.get(w.name))
+            times.extend(self.disaggregation.horizon_times(worker, self.now))
         times = [t for t in times if t is not None]
         return min(times) if times else None
 
@@ -157,6 +200,11 @@ class Simulation:
 
     def on_pass_done(self, worker: Worker, done: ScheduledPass) -> None:
         self.collector.on_pass(worker, done)
+        if self.on_token is not None:
+            # The reference engine runs under a callback (cluster/engine_choice.py): every
+            # pass lists each request that got tokens in it.
+            for request in done.delivered:
+                self.on_token(request.request_id, done.end_ns, request.num_output)
         for request in done.finished:
             if request.route is not None:
                 router, index, tokens = request.route
@@ -182,23 +230,93 @@ class Simulation:
         if follow is not None:
             self.push(now, FRONTEND_ARRIVAL, self._on_frontend_arrival, follow)
 
-    # ------------------------------------------------------------------ loop
+    def on_aborted(self, worker: Worker, request: Request, now: int) -> None:
+        if request.route is not None:
+            router, index, tokens = request.route
+            router.returned(index, tokens)
+        request.finish_ns = now
+        self.aborted.append(request)
 
-    def run(self, progress: ProgressFn | None = None, progress_every_s: float = 0.2) -> None:
-        # A finish is quiet outside its engine when no client waits on it and no prefill
-        # worker waits for the blocks it frees: runs of decode passes may then go past it.
-        quiet = self.scheduled_arrivals and self.disaggregation is None
+    # ------------------------------------------------------------------ stepping
+
+    def submit(self, request: TraceRequest, at: int) -> None:
+        """`request` reaches the frontend at `at` (ns, not before the clock)."""
+        self._check_input_time("submit", at)
+        heapq.heappush(self._inputs_due, at)
+        self.push(at, FRONTEND_ARRIVAL, self._on_submitted, request)
+
+    def _on_submitted(self, now: int, request: TraceRequest) -> None:
+        heapq.heappop(self._inputs_due)
+        self._on_frontend_arrival(now, request)
+
+    def abort(self, request_id: int, at: int) -> None:
+        """Abort request `request_id` at `at`: its engine drops it and frees its blocks (it
+        leaves no row in the records; `aborted` lists it). One already finished, or not
+        routed to an engine by then, is left alone."""
+        self._check_input_time("abort", at)
+        if self.disaggregation is not None:
+            raise ServesimError("abort: aborting requests under prefill/decode disaggregation is not modelled")
+        heapq.heappush(self._inputs_due, at)
+        self.push(at, FRONTEND_ARRIVAL, self._on_abort, request_id)
+
+    def _on_abort(self, now: int, request_id: int) -> None:
+        heapq.heappop(self._inputs_due)
+        found = self._find(request_id)
+        if found is not None:
+            worker, request = found
+            worker.abort(request, now)
+
+    def _find(self, request_id: int) -> tuple[Worker, Request] | None:
+        """The worker that holds the request, or that it is on its way to (rare: a scan)."""
         for role in self.roles.values():
             for worker in role.workers:
-                worker.scheduler.finishes_are_quiet = quiet
-                # Under disaggregation KV transfers and block reservations reach a decode
-                # worker between its passes too, and a run in flight cannot take those in.
-                worker.late_follow = (worker.async_scheduling and worker.scheduler.commits_follow_late
-                                      and self.disaggregation is None)
-                worker.commit_at_pass_end = (self.disaggregation is not None and role is self.roles.get("decode")
-                                             and self.disaggregation.handoff_admission == "next_pass")
-        self._feed = self.client.initial()
-        self._push_next_feed()
+                for request in worker.requests():
+                    if request.request_id == request_id:
+                        return worker, request
+        for _, kind, _, handler, arg in self._heap:
+            if kind == ENGINE_ARRIVAL and arg.request_id == request_id:
+                return handler.__self__, arg
+        return None
+
+    def _check_input_time(self, what: str, at: int) -> None:
+        clock = self.now if self._until is None else max(self.now, self._until)
+        if type(at) is not int or at < clock:
+            raise ServesimError(f"{what}: at must be an integer time (ns) from the clock's {clock} on, got {at!r}")
+
+    def run_until(self, t: int) -> None:
+        """Handle every event before `t`; the clock then reads `t`."""
+        if type(t) is not int or t < self.now:
+            raise ServesimError(f"run_until: t must be an integer time (ns) from {self.now} on, got {t!r}")
+        self._start()
+        self._until = t
+        heap = self._heap
+        pop = heapq.heappop
+        with limits.clock_overflow_is_an_error():
+            while heap and heap[0][0] < t:
+                now, _, _, handler, arg = pop(heap)
+                self.now = now
+                handler(now, arg)
+        self.now = t
+
+    def snapshot(self) -> list[WorkerSnapshot]:
+        """Each worker's state now, in fleet order."""
+        return [WorkerSnapshot(worker.name, worker.role, worker.scheduler.num_running(),
+                               len(worker.scheduler.waiting) + len(worker.intake),
+                               worker.scheduler.kv.num_used, worker.executing is not None)
+                for role in self.roles.values() for worker in role.workers]
+
+    # ------------------------------------------------------------------ loop
+
+    def _start(self) -> None:
+        if not self._started:
+            self._started = True
+            self._feed = self.client.initial()
+            self._push_next_feed()
+
+    def run(self, progress: ProgressFn | None = None, progress_every_s: float = 0.2) -> None:
+        """Go on to the end: until no event is left."""
+        self._start()
+        self._until = None
         heap = self._heap
         pop = heapq.heappop
         next_report = time.perf_counter() + progress_every_s if progress else None

@@ -1,33 +1,26 @@
-"""Fill every `null` that stands for an engine default, so the resolved config says what ran."""
+"""Fill every `null` that stands for an engine default, so the resolved config says what ran,
+and lower the result into the run spec everything downstream reads (config/run_spec.py)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
-from servesim.config import LoadedConfig, RooflineTiming, SimulationConfig
+from servesim.config import LoadedConfig, RooflineTiming
+from servesim.config.run_spec import RunSpec, lower
 from servesim.cluster.fleet import check_fleet_size
 from servesim.engine.registry import get_backend
-from servesim.engine.request_path import RequestPath, request_path_for
 from servesim.errors import ServesimError
-from servesim.hardware import GpuSpec, resolve_gpu
+from servesim.hardware import resolve_gpu
 from servesim.hardware.deployment import Deployment
 from servesim.hardware.parallelism import check_parallelism, gpus_per_node
-from servesim.models import ModelSpec, resolve_model
+from servesim.models import resolve_model
 
 
-@dataclass(frozen=True)
-class ResolvedRun:
-    config: SimulationConfig     # every engine default filled in
-    model: ModelSpec
-    gpu: GpuSpec
-    deployments: dict[str, Deployment]   # per role
-    trace_path: Path | None
-    source: str
-    lengths_path: Path | None = None   # workload.synthetic.lengths_from, resolved
+# The name resolve()'s result had before it was the run spec.
+ResolvedRun = RunSpec
 
 
-def resolve(loaded: LoadedConfig) -> ResolvedRun:
+def resolve(loaded: LoadedConfig) -> RunSpec:
     config = loaded.config.model_copy(deep=True)
     model = resolve_model(config.model, loaded.base_dir)
     gpu = resolve_gpu(config.gpu)
@@ -74,18 +67,4 @@ def resolve(loaded: LoadedConfig) -> ResolvedRun:
             lengths_path = loaded.base_dir / lengths_path
         lengths_path = lengths_path.resolve()
         synthetic.lengths_from = str(lengths_path)
-    return ResolvedRun(config, model, gpu, deployments, trace_path, loaded.source, lengths_path)
-
-
-def run_request_path(run: ResolvedRun) -> RequestPath:
-    """The request path of the run: its costs on the role that first takes a request (the prefill
-    pool under disaggregation) and the model's tokenizer."""
-    cfg = run.config
-    roles = cfg.engine.roles()
-    first = roles.get("prefill") or roles.get("aggregated") or next(iter(roles.values()))
-    backend = get_backend(cfg.engine.backend)
-    decode = roles.get("decode")
-    return request_path_for(cfg.engine.request_path, backend.request_path, cfg.engine.timing.kind,
-                            first.tp * first.attention_dp, run.model.tokenizer, cfg.engine.tokenization_ms,
-                            decode_tp=None if decode is None else decode.tp * decode.attention_dp,
-                            sequential_handoff=backend.pd_proxy_sequential)
+    return lower(config, model, gpu, backend, deployments, trace_path, loaded.source, lengths_path)

@@ -42,6 +42,7 @@ from servesim.engine.passes import ScheduledPass
 class DecodeRuns:
     """Mixin over a `SchedulerCore` policy: the worker's fast-forward interface."""
 
+    fast_forwards = True   # engine/events.py's FastForward
     warmup_below = 0
     _last_decided: ScheduledPass | None = None   # a run starts only from the pass scheduled last
 

@@ -19,6 +19,7 @@ class Status(IntEnum):
     PREEMPTED = 2    # back in the waiting queue after preemption
     FINISHED = 3
     REJECTED = 4     # refused at the frontend (prompt too long)
+    ABORTED = 5      # dropped by an abort (cluster/simulation.py's abort), its blocks freed
 
 
 class Request:

@@ -26,6 +26,8 @@ class SchedulerCore:
     # Async scheduling: a run's follow-up pass may be committed at the run's second-to-last
     # pass end, as the engine commits it, rather than when the run starts (engine/worker.py).
     commits_follow_late = False
+    # Lets one committed pass stand for a run of identical passes (engine/events.py's FastForward).
+    fast_forwards = False
 
     def __init__(self, kv: KvCache | ReferenceKvCache, max_model_len: int, async_scheduling: bool) -> None:
         self.kv = kv
@@ -51,6 +53,22 @@ class SchedulerCore:
     def add_request(self, request: Request) -> None:
         self.waiting.append(request)
 
+    def abort(self, request: Request) -> bool:
+        """Drop a waiting or running request and free its blocks; False if it is not here.
+
+        vLLM's `Scheduler.finish_requests(ids, RequestStatus.FINISHED_ABORTED)`: the request
+        leaves the waiting queue or the running list and `_free_request` frees its blocks
+        (full ones stay in the prefix cache, evictable). Called with no pass in flight.
+        """
+        if request in self.running:
+            self.running.remove(request)
+        elif request in self.waiting:
+            self.waiting.remove(request)
+        else:
+            return False
+        self.kv.free(request)
+        return True
+
     def expect_transfer(self, request: Request) -> None:
         """Blocks are reserved for the request's KV, which is on its way."""
         self.incoming[request.request_id] = request
@@ -73,6 +91,14 @@ class SchedulerCore:
 
     def _num_running(self) -> int:
         return len(self.running)
+
+    def num_running(self) -> int:
+        """Requests in the running batch (a snapshot's `running`)."""
+        return self._num_running()
+
+    def held(self) -> list[Request]:
+        """Every request this scheduler holds (to find one to abort: not a hot path)."""
+        return [*self.running, *self.waiting, *self.transferred]
 
     def _start_running(self, request: Request, out: ScheduledPass, tokens: int, computed_before: int,
                        loaded: int = 0) -> None:

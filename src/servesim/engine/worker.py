@@ -25,15 +25,13 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections import deque
-from collections.abc import Callable
 from itertools import accumulate
 
+from servesim.engine.events import EventSink
 from servesim.engine.passes import ScheduledPass
-from servesim.engine.request import Request
+from servesim.engine.request import Request, Status
 from servesim.engine.scheduler_core import SchedulerCore
 from servesim.timing.base import PassShape, TimingModel
-
-PassListener = Callable[["Worker", ScheduledPass], None]
 
 
 class Worker:
@@ -43,8 +41,7 @@ class Worker:
         scheduler: SchedulerCore,   # any backend's (engine/<backend>/scheduler.py)
         timing: TimingModel,
         async_scheduling: bool,
-        sim,
-        on_pass_done: PassListener,
+        late_follow: bool = False,
     ) -> None:
         self.name = name
         self.role = name.rsplit("-", 1)[0]
@@ -52,8 +49,7 @@ class Worker:
         self.scheduler = scheduler
         self.timing = timing
         self.async_scheduling = async_scheduling
-        self.sim = sim
-        self.on_pass_done = on_pass_done
+        self.events: EventSink | None = None   # the loop it runs in (attach)
         self.intake: deque[Request] = deque()   # arrived, not yet read by the engine
         self.executing: ScheduledPass | None = None
         self.queued: ScheduledPass | None = None  # async: committed, waits for the GPU
@@ -62,18 +58,22 @@ class Worker:
         self.busy_ns = 0
         self.pending_preempted: list[Request] = []  # preemptions of empty scheduler calls
         self.min_pass_ns = timing.min_pass_ns()
-        self.fast_forward = hasattr(scheduler, "quiet_steps")
+        self.fast_forward = scheduler.fast_forwards   # engine/events.py's FastForward
         self._last_call_preempted = False
         self._arrivals_due: deque[int] = deque()   # engine arrivals routed here, not yet delivered
         self._last_launched: ScheduledPass | None = None   # sync: the pass the last call started
         self._run_calls = 0     # scheduler calls a fast-forwarded run stood for, not yet counted
         # Async runs may commit their follow-up pass at their second-to-last pass end (see
-        # _fast_forward); set by the simulation where only arrivals can reach a worker then.
-        self.late_follow = False
+        # _fast_forward); the cluster allows it where only arrivals can reach a worker then.
+        self.late_follow = late_follow
+        self.aborts: list[Request] = []   # aborted, not yet dropped (see apply_aborts)
         # A decode worker under disaggregation admits a handoff at its next pass, as with
         # async scheduling off (docs/modeling/disaggregation.md): under async scheduling it
         # commits each follow-up pass at the end of the pass before it, not as that one starts.
         self.commit_at_pass_end = False
+
+    def attach(self, events: EventSink) -> None:
+        self.events = events
 
     # ------------------------------------------------------------------ events
 
@@ -122,16 +122,49 @@ class Worker:
             if follow:
                 self.queued = follow
         self.scheduler.update_from_output(done)
-        self.on_pass_done(self, done)
+        self.events.on_pass_done(self, done)
         call_at = now
         if self.queued is not None:
             call_at = self._start(self.queued, now)
             self.queued = None
         self._request_call(call_at)
 
+    def requests(self) -> list[Request]:
+        """Every request this worker holds: arrived and unread, or in its scheduler."""
+        return [*self.intake, *self.scheduler.held()]
+
+    def abort(self, request: Request, now: int) -> None:
+        """Drop `request` at this engine's next scheduler call with no pass in flight (apply_aborts)."""
+        self.aborts.append(request)
+        self.wake(now)
+
+    def apply_aborts(self, now: int) -> None:
+        """Drop the aborted requests and free their blocks, as the engine does between steps.
+
+        An engine reads aborts from its input queue between passes (vLLM's EngineCore before
+        `Scheduler.finish_requests(..., FINISHED_ABORTED)`); servesim applies them at a
+        scheduler call with no pass in flight, so no pass's outputs refer to a dropped request.
+        A request whose last token came first is left alone (an abort of a finished request
+        does nothing upstream either); one still on its way to the engine waits for it.
+        """
+        kept = []
+        for request in self.aborts:
+            if request.status == Status.FINISHED:
+                continue
+            if request in self.intake:
+                self.intake.remove(request)
+            elif not self.scheduler.abort(request):
+                kept.append(request)   # its engine arrival is still to come
+                continue
+            request.status = Status.ABORTED
+            self.events.on_aborted(self, request, now)
+        self.aborts = kept
+
     def on_scheduler_call(self, now: int, _: object = None) -> None:
         self.call_pending = False
         scheduler = self.scheduler
+        if self.aborts and self.executing is None:
+            self.apply_aborts(now)
         if not self.async_scheduling:
             if self._last_launched is None:   # the engine ran nothing since: its loop reads at once
                 self._idle_reads()
@@ -166,6 +199,10 @@ class Worker:
                 return
         elif self.commit_at_pass_end:
             return
+        elif self.aborts:
+            # Commit nothing behind the pass in flight: at its end no pass is in flight, and
+            # the aborts apply (a batch queue drained for them; docs/modeling/abort.md).
+            return
         elif scheduler.reads_every_call or self._reads_arrivals(self.executing):
             self._read_intake(now, inclusive=False)
         follow = self._schedule()
@@ -187,7 +224,7 @@ class Worker:
         if self.call_pending:
             return
         self.call_pending = True
-        self.sim.push_scheduler_call(now, self)
+        self.events.push_scheduler_call(now, self)
 
     def _read_intake(self, now: int, inclusive: bool) -> None:
         intake = self.intake
@@ -235,7 +272,7 @@ class Worker:
         another worker's output) could be read: every pass end inside the run comes
         strictly before it. Returns the run's total duration, or 0 for no run.
         """
-        upcoming = self.sim.horizon(self)
+        upcoming = self.events.horizon(self)
         scheduler = self.scheduler
         # Under async scheduling the call at a pass end commits the pass after the next: a
         # run's passes are committed by the time its third-to-last pass ends, and the pass
@@ -295,10 +332,10 @@ class Worker:
         # A pass that admits host-tier prefix hits waits for their copy back to the GPU.
         duration = self.timing.duration_ns(PassShape.of(decided)) + decided.load_ns
         decided.start_ns = now
-        if self.fast_forward and not self.intake and self.scheduler.may_run(decided):
+        if self.fast_forward and not self.intake and not self.aborts and self.scheduler.may_run(decided):
             duration = self._fast_forward(decided, now, duration) or duration
             for record in decided.early_records:
-                self.sim.push_early_record(record.end_ns, self, record)
+                self.events.push_early_record(record.end_ns, self, record)
                 # The run's own record reports the passes after its early ones.
                 decided.start_ns = record.end_ns
                 decided.index += record.group_steps
@@ -311,7 +348,7 @@ class Worker:
             if entry.request.first_scheduled_ns is None:
                 entry.request.first_scheduled_ns = now
         self.executing = decided
-        self.sim.push_pass_end(decided.end_ns, self, decided)
+        self.events.push_pass_end(decided.end_ns, self, decided)
         if decided.group_steps > 1 and self.late_follow:
             durations = decided.step_durations
             return decided.end_ns - (durations[-1] if durations is not None else decided.bulk_gap_ns)

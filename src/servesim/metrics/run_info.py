@@ -4,22 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from servesim.cluster.engine_choice import RunEngines
 from servesim.engine.registry import get_backend
-
-
-def engine_choice(config, pass_log: bool, token_times: bool) -> tuple[str, str]:
-    """Which engine ran ("fast" or "reference") and why."""
-    if config.engine.reference:
-        return "reference", "engine.reference is true"
-    if pass_log:
-        return "reference", "a pass log was asked for (--passes): it lists every request of every pass"
-    if token_times:
-        return "reference", "per-request token times were asked for (--save-detailed)"
-    if any(role.kv_offload is not None for role in config.engine.roles().values()):
-        return "reference", "KV offload runs the exact KV cache (cluster/fleet.py: host-tier keys must be exact)"
-    if any(role.speculative is not None for role in config.engine.roles().values()):
-        return "reference", "speculative decoding runs the per-request engine (no lockstep decode group)"
-    return "fast", "the default (the reference engine gives the same results, more slowly)"
 
 
 def timing_profile(config, gpu: str) -> str | None:
@@ -32,7 +18,7 @@ def timing_profile(config, gpu: str) -> str | None:
     return "built-in defaults"   # resolve() records every fitted profile it finds in timing.profile
 
 
-def describe(config, gpu: str, engine: tuple[str, str], model_id: str) -> dict[str, Any]:
+def describe(config, gpu: str, engines: RunEngines, model_id: str) -> dict[str, Any]:
     backend = get_backend(config.engine.backend)
     return {
         "model": config.model,
@@ -43,11 +29,12 @@ def describe(config, gpu: str, engine: tuple[str, str], model_id: str) -> dict[s
         "engine_version_followed": f"{backend.label} {config.engine.version}",
         "roles": {name: {"count": role.count, "tp": role.tp, "ep": role.ep, "attention_dp": role.attention_dp,
                          "pp": role.pp, "gpus": role.count * role.tp * role.pp * role.attention_dp,
-                         "speculative": role.speculative is not None, "kv_offload": role.kv_offload is not None}
+                         "speculative": role.speculative is not None, "kv_offload": role.kv_offload is not None,
+                         "engine": engines.roles[name].path}
                   for name, role in config.engine.roles().items()},
         "timing": {**config.engine.timing.model_dump(mode="json"), "profile_used": timing_profile(config, gpu)},
         "client": config.workload.client.model_dump(mode="json"),
         "slo": config.slo.model_dump(mode="json"),
-        "engine": engine[0],
-        "engine_reason": engine[1],
+        "engine": engines.path,
+        "engine_reason": engines.reason,
     }

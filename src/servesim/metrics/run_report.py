@@ -7,7 +7,7 @@ from servesim.metrics.run_info import describe
 
 
 def report_run(summary: dict, records, run, sim, trace_requests, profile_given: bool,
-               engine: tuple[str, str]) -> list[str]:
+               engines) -> list[str]:
     """Fill summary's `simulated`, `rejected_by_reason` and `warnings`, and requests.csv's
     trace ids and errors; returns the warnings (sentences, in a fixed order)."""
     cfg = run.config
@@ -24,7 +24,7 @@ def report_run(summary: dict, records, run, sim, trace_requests, profile_given: 
     ]
     notes = [note for note in notes if note is not None]
     hf_ids = getattr(run.model, "hf_ids", None)
-    summary["simulated"] = describe(cfg, run.gpu.name, engine, hf_ids[0] if hf_ids else cfg.model)
+    summary["simulated"] = describe(cfg, run.gpu.name, engines, hf_ids[0] if hf_ids else cfg.model)
     summary["rejected_by_reason"] = rejected
     summary["warnings"] = notes
     return notes

@@ -291,6 +291,25 @@ class SglangScheduler(SchedulerCore):
         super().release_held(request)
         self.batch_is_full = False
 
+    def num_running(self) -> int:
+        return len(self.running) + (self.chunked is not None)   # the chunked prompt runs too
+
+    def held(self) -> list[Request]:
+        return [*super().held(), *([self.chunked] if self.chunked is not None else [])]
+
+    def abort(self, request: Request) -> bool:
+        """SGLang's `Scheduler.abort_request`: a waiting request leaves the queue; a running one
+        (or the one mid-way through a chunked prompt) is finished and its KV released
+        (`release_kv_cache`; the radix cache keeps its prefix, evictable). A request leaving
+        the running batch clears the batch-is-full mark, as a finish does."""
+        if request is self.chunked:
+            self.chunked = None
+            self.kv.free(request)
+        elif not super().abort(request):
+            return False
+        self.batch_is_full = False
+        return True
+
     def update_from_output(self, done: ScheduledPass) -> None:
         before = len(self.running)
         super().update_from_output(done)

@@ -179,6 +179,12 @@ class TrtllmScheduler(SchedulerCore):
         self.batch_waited += 1
         return True
 
+    def abort(self, request: Request) -> bool:
+        """TensorRT-LLM's `Executor::cancelRequest`: the request is terminated at the executor
+        loop's next iteration and the KV cache manager frees its blocks (reusable ones stay
+        for block reuse); SchedulerCore.abort does that between passes (docs/modeling/abort.md)."""
+        return super().abort(request)
+
     def _chunk(self, remaining: int, budget: int, block: int) -> int:
         if remaining <= budget:
             return remaining

@@ -48,6 +48,16 @@ class FastVllmScheduler(GroupRuns, VllmScheduler):
     def _num_running(self) -> int:
         return len(self.running) + len(self.group.members)
 
+    def held(self) -> list[Request]:
+        return [*super().held(), *self.group.members.values()]
+
+    def abort(self, request: Request) -> bool:
+        # A group member is written back as an explicit running request first (no pass is
+        # in flight at an abort: engine/worker.py's apply_aborts).
+        if request.seq in self.group.members and self.group.members[request.seq] is request:
+            self._dissolve()
+        return super().abort(request)
+
     # ------------------------------------------------------------------ schedule
 
     def schedule(self) -> ScheduledPass:

@@ -42,6 +42,7 @@ class GroupRuns:
     _run_start = 0
     _run_crosses = False   # the run being planned may go on past members' last steps
     commits_follow_late = True
+    fast_forwards = True   # engine/events.py's FastForward
 
     def is_final(self, step: int) -> bool:
         """Is `step` some active member's last, inside a run that goes past finishes?"""
