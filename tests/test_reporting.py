@@ -287,9 +287,11 @@ def test_simulated_block(tmp_path, run):
         "engine_reason": "the default (the reference engine gives the same results, more slowly)",
     }
     assert fast["model_id"].startswith("meta-llama/")
-    logged = run(rows).result.summary["simulated"]   # the fixture asks for a pass log
+    # A pass log no longer changes the engine: the fast engine names every request when asked.
+    trace = write_trace(tmp_path / "logged.jsonl", rows)
+    logged = servesim.simulate(fixed_config(trace), pass_log=io.StringIO()).summary["simulated"]
     assert (logged["engine"], logged["engine_reason"]) == (
-        "reference", "a pass log was asked for (--passes): it lists every request of every pass")
+        "fast", "the default (the reference engine gives the same results, more slowly)")
     trace = write_trace(tmp_path / "t.jsonl", rows)
     cfg = fixed_config(trace)
     cfg["engine"]["reference"] = True
@@ -553,5 +555,5 @@ def test_kv_offload_says_the_reference_engine_ran():
     from servesim.metrics.run_info import engine_choice
 
     cfg = load_config(None, [("engine.workers.aggregated.kv_offload", {"host_gb": 10.0, "bandwidth_gb_s": 50.0})]).config
-    assert engine_choice(cfg, False, False)[0] == "reference"
-    assert engine_choice(load_config(None).config, False, False)[0] == "fast"
+    assert engine_choice(cfg)[0] == "reference"
+    assert engine_choice(load_config(None).config)[0] == "fast"

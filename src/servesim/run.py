@@ -81,7 +81,7 @@ def simulate(
     is called now and then. `percentiles` (default 50, 90, 95, 99) are those the
     summary reports for TTFT, TPOT, ITL and E2E (`p99.9_ttft_ms`, ...); `detailed`
     records each request's token times (`Result.token_times`, for vllm's
-    `--save-detailed`), which runs the reference engine.
+    `--save-detailed`).
     """
     wall_start = time.perf_counter()
     overrides = check_simulate_arguments(config, trace, seed, overrides, pass_log, progress)
@@ -104,8 +104,7 @@ def simulate(
 
     collector = Collector(pass_log, cfg.workload.warmup_requests, token_times=detailed)
     sim = Simulation(client, round(cfg.engine.tokenization_ms * 1e6), collector)
-    # The pass log lists every request of every pass, which the fast engine does not visit.
-    use_reference = cfg.engine.reference or pass_log is not None or detailed
+    use_reference = cfg.engine.reference
     sim.roles = build_roles(cfg, run.deployments, sim, sim.on_pass_done, use_reference)
     workers = [w for role in sim.roles.values() for w in role.workers]
     collector.register(workers)
@@ -156,7 +155,7 @@ def simulate(
         "workers": collector.worker_summaries(sim.now),
     })
     notes = report_run(summary, records, run, sim, requests, profile_given,
-                       engine_choice(cfg, pass_log is not None, detailed))
+                       engine_choice(cfg))
     return Result(summary=summary, requests=records, config=cfg, warnings=notes, timelines=collector.timelines(),
                   token_times=collector.token_times)
 

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator
 
 from servesim.cluster.fleet import RequestFactory, Role
 from servesim.cluster.router import Router
-from servesim.engine.passes import ScheduledPass
+from servesim.engine.passes import PassResult
 from servesim.engine.request import Request, Status
 from servesim.errors import ServesimError
 from servesim.engine.worker import Worker
@@ -93,7 +93,7 @@ class Simulation:
         times = [t for t in times if t is not None]
         return min(times) if times else None
 
-    def push_pass_end(self, t: int, worker: Worker, done: ScheduledPass) -> None:
+    def push_pass_end(self, t: int, worker: Worker, done: PassResult) -> None:
         self.push(t, PASS_END, worker.on_pass_end, done)
 
     def push_scheduler_call(self, t: int, worker: Worker) -> None:
@@ -147,14 +147,14 @@ class Simulation:
 
     # ------------------------------------------------------------------ outputs
 
-    def push_early_record(self, t: int, worker: Worker, record: ScheduledPass) -> None:
+    def push_early_record(self, t: int, worker: Worker, record: PassResult) -> None:
         """The passes of a fast-forwarded run up to a finish inside it, reported at that pass end."""
         self.push(t, PASS_END, self._on_early_record, (worker, record))
 
-    def _on_early_record(self, _: int, arg: tuple[Worker, ScheduledPass]) -> None:
+    def _on_early_record(self, _: int, arg: tuple[Worker, PassResult]) -> None:
         self.on_pass_done(*arg)
 
-    def on_pass_done(self, worker: Worker, done: ScheduledPass) -> None:
+    def on_pass_done(self, worker: Worker, done: PassResult) -> None:
         self.collector.on_pass(worker, done)
         for request in done.finished:
             if request.route is not None:

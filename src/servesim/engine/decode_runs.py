@@ -36,14 +36,14 @@ the reference (the same schedulers without runs) on random workloads.
 
 from __future__ import annotations
 
-from servesim.engine.passes import ScheduledPass
+from servesim.engine.passes import PassRun, SchedulerOutput
 
 
 class DecodeRuns:
     """Mixin over a `SchedulerCore` policy: the worker's fast-forward interface."""
 
     warmup_below = 0
-    _last_decided: ScheduledPass | None = None   # a run starts only from the pass scheduled last
+    _last_decided: SchedulerOutput | None = None   # a run starts only from the pass scheduled last
 
     def exclude_warmup(self, first_measured: int) -> None:
         self.warmup_below = first_measured
@@ -59,12 +59,12 @@ class DecodeRuns:
     def _advance_run(self, extra: int) -> None:
         """The backend: per-pass state other than the requests' (SGLang's new_token_ratio)."""
 
-    def schedule(self) -> ScheduledPass:
+    def schedule(self) -> SchedulerOutput:
         out = super().schedule()
         self._last_decided = out
         return out
 
-    def may_run(self, decided: ScheduledPass) -> bool:
+    def may_run(self, decided: SchedulerOutput) -> bool:
         return bool(decided.entries) and decided is self._last_decided
 
     def _run_blocks(self, entries, steps: int) -> int:
@@ -79,7 +79,7 @@ class DecodeRuns:
                 total += need
         return total
 
-    def quiet_steps(self, decided: ScheduledPass, limit: int, now: int) -> int:
+    def quiet_steps(self, decided: SchedulerOutput, limit: int, now: int) -> int:
         """How many passes, starting with `decided` (starting at `now`), are the same decode pass."""
         entries = decided.entries
         if (decided.preempted or decided.load_ns or len(entries) != len(self.running)
@@ -132,12 +132,12 @@ class DecodeRuns:
                 high = middle - 1
         return low
 
-    def run_segments(self, decided: ScheduledPass, steps: int) -> list[tuple[int, int, int]]:
+    def run_segments(self, decided: SchedulerOutput, steps: int) -> list[tuple[int, int, int]]:
         """The run's steps as (steps, decoding requests, their total context in the first):
         one segment, as the run ends with the first request's last token."""
         return [(steps, len(decided.entries), self._run_context)]
 
-    def extend(self, decided: ScheduledPass, steps: int, durations, uniform_ns: int = 0) -> None:
+    def extend(self, decided: SchedulerOutput, steps: int, durations, uniform_ns: int = 0) -> None:
         """Make `decided` stand for `steps` passes (see quiet_steps), each lasting its entry of
         `durations`, or `uniform_ns` when `durations` is None."""
         kv = self.kv
@@ -184,13 +184,11 @@ class DecodeRuns:
             if caching and filled // size > request.num_cached_blocks:
                 kv.cache_full_blocks(request, filled)
         self._advance_run(extra)
+        run = decided.run = PassRun(steps, durations, uniform_ns)
         # KV usage at the end of the run's next-to-last pass (the reference's highest sample
         # inside the run): every block taken, less the last pass's unless overlap committed it.
-        decided.kv_peak = kv.num_used - (0 if overlap else last_step)
-        decided.group_steps = steps
-        decided.step_durations = durations
-        decided.bulk_gap_ns = uniform_ns
-        decided.bulk_deliveries = len(entries)
-        decided.bulk_warmup = warm
-        decided.late_previous_ns = late
+        run.kv_peak = kv.num_used - (0 if overlap else last_step)
+        run.free_blocks = kv.num_free
+        run.per_pass = len(entries) - warm
+        run.late_previous_ns = late
         decided.num_tokens = len(entries) * steps

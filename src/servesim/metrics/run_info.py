@@ -7,14 +7,11 @@ from typing import Any
 from servesim.engine.registry import get_backend
 
 
-def engine_choice(config, pass_log: bool, token_times: bool) -> tuple[str, str]:
-    """Which engine ran ("fast" or "reference") and why."""
+def engine_choice(config) -> tuple[str, str]:
+    """Which engine ran ("fast" or "reference") and why. A pass log or per-request token times
+    do not change it: the fast engine names every request of its passes when asked."""
     if config.engine.reference:
         return "reference", "engine.reference is true"
-    if pass_log:
-        return "reference", "a pass log was asked for (--passes): it lists every request of every pass"
-    if token_times:
-        return "reference", "per-request token times were asked for (--save-detailed)"
     if any(role.kv_offload is not None for role in config.engine.roles().values()):
         return "reference", "KV offload runs the exact KV cache (cluster/fleet.py: host-tier keys must be exact)"
     if any(role.speculative is not None for role in config.engine.roles().values()):

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from servesim.engine.decode_runs import DecodeRuns
 from servesim.engine.kv.cache import ceil_div
-from servesim.engine.passes import PassEntry, ScheduledPass
+from servesim.engine.passes import PassEntry, SchedulerOutput
 from servesim.engine.request import Request, Status
 from servesim.engine.scheduler_core import SchedulerCore
 
@@ -46,9 +46,9 @@ class TrtllmScheduler(SchedulerCore):
 
     # ------------------------------------------------------------------ schedule
 
-    def schedule(self) -> ScheduledPass:
+    def schedule(self) -> SchedulerOutput:
         kv = self.kv
-        out = ScheduledPass()
+        out = SchedulerOutput()
         budget = self.max_num_tokens
         block = kv.block_size
         self._take_transferred(self.max_batch_size)
@@ -159,7 +159,7 @@ class TrtllmScheduler(SchedulerCore):
             return True
         return self._need_blocks(request) <= self.kv.num_free - self._reserved_blocks()
 
-    def _pause_for_next_step(self, candidates: list[Request], out: ScheduledPass) -> None:
+    def _pause_for_next_step(self, candidates: list[Request], out: SchedulerOutput) -> None:
         """MAX_UTILIZATION: pause the most recently started requests until the next step fits."""
         block = self.kv.block_size
 
