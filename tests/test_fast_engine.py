@@ -46,7 +46,7 @@ def test_fast_matches_reference(tmp_path, scenario, timing):
     trace = write_trace(tmp_path / "t.jsonl", rows)
     config = _config(trace, sched, client, trace_block_size, timing)
     # A third of the requests are warm-up: the ITL histogram leaves their gaps out, which the
-    # fast engine must count apart inside its bulk deliveries.
+    # fast engine must count apart among the tokens it delivers in aggregate.
     config["workload"]["warmup_requests"] = len(rows) // 3
     assert_same(config)
 

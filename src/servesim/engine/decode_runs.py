@@ -5,8 +5,8 @@ SGLang and TensorRT-LLM keep their per-request schedulers, whose passes cost
 O(batch); what this module saves is the passes themselves. When a scheduled pass
 only decodes, one token for every running request, and nothing can change until
 the first of them receives its last token, the passes that follow are the same
-pass again: the worker lets one record stand for the whole run (engine/worker.py,
-`_fast_forward`), as it does for vLLM's group. A run costs O(batch) once, not per
+pass again: the worker lets the scheduled pass stand for the whole run, a `PassRun`
+(engine/passes.py; engine/worker.py `_fast_forward`), as it does for vLLM's group. A run costs O(batch) once, not per
 pass.
 
 What "nothing can change" means, pass by pass, in the reference scheduler:
@@ -19,7 +19,7 @@ What "nothing can change" means, pass by pass, in the reference scheduler:
 - every running request decodes one token, no drafts: each of its gaps in the run
   is one pass, but the first when its previous token came before the run started
   (SGLang's prefill passes do not decode the running requests), which the run
-  records for the collector;
+  keeps for its `token_gaps` (`PassRun.late_previous_ns`);
 - enough free blocks for every pass of the run (and, with overlap, for the pass
   committed behind it), so nothing is retracted or paused. Blocks leave the free
   queue in the same order whether taken per pass or for the run at once, and the
