@@ -17,8 +17,35 @@ settings.register_profile("explore", derandomize=False, print_blob=True)
 settings.load_profile(os.environ.get("SERVESIM_HYPOTHESIS", "ci"))
 
 
-@pytest.fixture
-def run(tmp_path):
+@pytest.fixture(params=["fast", "reference"])
+def run(request, tmp_path, monkeypatch):
+    """Rows through servesim with a pass log (tests/support/runs.py), once on each engine.
+
+    Each run asserts that the engine it was meant for ran: the summary's engine choice, and
+    the schedulers the fleet built (the fast engine's are `Fast...Scheduler`s). A test the
+    fast engine cannot run (speculative decoding, KV offload) asks for the reference only:
+    `@pytest.mark.parametrize("run", ["reference"], indirect=True)`.
+    """
+    from servesim.cluster import fleet
+
+    engine = request.param
+    built = []
+    make_scheduler = fleet.make_scheduler
+
+    def recording_make_scheduler(*args, **kwargs):
+        scheduler = make_scheduler(*args, **kwargs)
+        built.append(type(scheduler).__name__)
+        return scheduler
+
+    monkeypatch.setattr(fleet, "make_scheduler", recording_make_scheduler)
+
     def _run(rows, **kwargs):
-        return run_rows(tmp_path, rows, **kwargs)
+        extra = dict(kwargs.pop("config_extra", None) or {})
+        extra["engine.reference"] = engine == "reference"
+        built.clear()
+        result = run_rows(tmp_path, rows, config_extra=extra, **kwargs)
+        assert result.result.summary["simulated"]["engine"] == engine
+        assert built and all(name.startswith("Fast") == (engine == "fast") for name in built), built
+        return result
+    _run.engine = engine
     return _run

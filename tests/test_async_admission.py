@@ -52,6 +52,7 @@ def test_async_default_resolves_on(run):
     assert r.result.config.engine.workers.aggregated.scheduler.async_scheduling is True
 
 
+@pytest.mark.parametrize("run", ["reference"], indirect=True)   # speculative decoding runs the reference
 def test_ngram_drafts_make_default_synchronous(run):
     spec = {"method": "ngram", "num_speculative_tokens": 3, "acceptance_rate": 0.6}
     r = run([A, _b(15)], config_extra={"engine.workers.aggregated.speculative": spec})

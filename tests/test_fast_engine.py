@@ -46,7 +46,7 @@ def test_fast_matches_reference(tmp_path, scenario, timing):
     trace = write_trace(tmp_path / "t.jsonl", rows)
     config = _config(trace, sched, client, trace_block_size, timing)
     # A third of the requests are warm-up: the ITL histogram leaves their gaps out, which the
-    # fast engine must count apart inside its bulk deliveries.
+    # fast engine must count apart among the tokens it delivers in aggregate.
     config["workload"]["warmup_requests"] = len(rows) // 3
     assert_same(config)
 
@@ -171,17 +171,28 @@ def test_fast_matches_reference_replicas(tmp_path, scenario, timing, policy, cou
 
 
 def test_preemption_in_aggregate_form(run, monkeypatch):
-    """A KV shortage among decode-group members preempts the newest member without dissolving the group."""
+    """A KV shortage among decode-group members preempts the newest member without dissolving
+    the group. Run on both engines: the same passes; the fast one must take the aggregate path."""
     from servesim.engine.vllm.fast import FastVllmScheduler
 
     dissolved_members = []
+    aggregate_preemptions = []
     dissolve = FastVllmScheduler._dissolve
+    allocate = FastVllmScheduler._allocate_with_preemption
 
     def counting_dissolve(self):
         dissolved_members.append(len(self.group.members))
         dissolve(self)
 
+    def recording_allocate(self, out, step, plan):
+        members = len(self.group.members)
+        done = allocate(self, out, step, plan)
+        if done:
+            aggregate_preemptions.append((members, [r.request_id for r in out.preempted]))
+        return done
+
     monkeypatch.setattr(FastVllmScheduler, "_dissolve", counting_dissolve)
+    monkeypatch.setattr(FastVllmScheduler, "_allocate_with_preemption", recording_allocate)
     rows = [{"timestamp": 0.0, "input_length": 4, "output_length": 9} for _ in range(3)]
     r = run(rows, async_scheduling=False, enable_prefix_caching=False, block_size=4, num_gpu_blocks=8,
             max_num_seqs=8, max_num_batched_tokens=64, max_model_len=28)
@@ -197,8 +208,14 @@ def test_preemption_in_aggregate_form(run, monkeypatch):
     # 6th output, passes 11-13 the 7th to 9th: it finishes at 130.
     assert [r.by_id[i].finish_ns // 1_000_000 for i in range(3)] == [90, 90, 130]
     assert [r.by_id[i].preemptions for i in range(3)] == [0, 0, 1]
-    # The group was never turned back into explicit requests to preempt.
-    assert not any(dissolved_members)
+    if run.engine == "fast":
+        # The three were group members when pass 6 was scheduled, and the aggregate path
+        # preempted R2 (once: the only preemption of the run); the group was never turned
+        # back into explicit requests to preempt.
+        assert aggregate_preemptions == [(3, [2])]
+        assert not any(dissolved_members)
+    else:
+        assert not aggregate_preemptions and not dissolved_members
 
 
 def test_kv_peak_of_a_run_with_a_transfer_reserved_in_its_last_step(tmp_path):
@@ -275,7 +292,7 @@ def _record_runs(monkeypatch) -> list[tuple[float, int]]:
     on_pass_end = Worker.on_pass_end
 
     def recording_on_pass_end(self, now, done):
-        records.append((done.end_ns / 1e6, done.group_steps))
+        records.append((done.end_ns / 1e6, 1 if done.run is None else done.run.steps))
         on_pass_end(self, now, done)
 
     monkeypatch.setattr(Worker, "on_pass_end", recording_on_pass_end)

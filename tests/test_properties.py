@@ -15,10 +15,11 @@ from tests.support.runs import write_trace
 from tests.support.scenarios import SPECULATIVE, as_backend, scenarios
 
 
-def _simulate(tmp_path, rows, sched, client, trace_block_size, backend="vllm", speculative=None):
+def _simulate(tmp_path, rows, sched, client, trace_block_size, backend="vllm", speculative=None,
+              reference=False):
     trace = write_trace(tmp_path / "t.jsonl", rows)
     config = {
-        "engine": {"backend": backend,
+        "engine": {"backend": backend, "reference": reference,
                    "timing": {"kind": "polynomial", "base_ms": 1.5, "per_prefill_token_ms": 0.01,
                               "per_decode_token_ms": 0.02, "per_context_token_ms": 0.001},
                    "workers": {"aggregated": {"scheduler": sched,
@@ -64,7 +65,10 @@ def test_invariants(tmp_path, monkeypatch, scenario, backend, speculative, data)
 
     with monkeypatch.context() as patch:  # hypothesis reuses the fixture across examples
         patch.setattr(worker_module.Worker, "on_pass_end", checked_pass_end)
-        result, log = _simulate(tmp_path, rows, backend_sched, client, trace_block_size, backend, speculative)
+        # The block invariants read per-request blocks, which only the reference engine holds
+        # for every request (the fast engine's decode group keeps its members' in one pool).
+        result, log = _simulate(tmp_path, rows, backend_sched, client, trace_block_size, backend, speculative,
+                                reference=True)
     records = result.requests
 
     # Every request completes or is rejected exactly once.

@@ -287,9 +287,11 @@ def test_simulated_block(tmp_path, run):
         "engine_reason": "the default (the reference engine gives the same results, more slowly)",
     }
     assert fast["model_id"].startswith("meta-llama/")
-    logged = run(rows).result.summary["simulated"]   # the fixture asks for a pass log
+    # A pass log no longer changes the engine: the fast engine names every request when asked.
+    trace = write_trace(tmp_path / "logged.jsonl", rows)
+    logged = servesim.simulate(fixed_config(trace), pass_log=io.StringIO()).summary["simulated"]
     assert (logged["engine"], logged["engine_reason"]) == (
-        "reference", "a pass log was asked for (--passes): it lists every request of every pass")
+        "fast", "the default (the reference engine gives the same results, more slowly)")
     trace = write_trace(tmp_path / "t.jsonl", rows)
     cfg = fixed_config(trace)
     cfg["engine"]["reference"] = True

@@ -98,8 +98,10 @@ def _scheduler(pool_tokens, **kwargs):
 
 
 def _step(scheduler):
+    from servesim.engine.passes import PassResult
+
     decided = scheduler.schedule()
-    scheduler.update_from_output(decided)
+    scheduler.update_from_output(PassResult(decided, 0, 0))
     return {e.request.request_id: e.tokens for e in decided.entries}
 
 

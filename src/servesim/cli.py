@@ -96,7 +96,7 @@ def run(
     format_: Annotated[str, typer.Option("--format", metavar="servesim|vllm", help="vllm: also write result.json "
                                          "in --out, as `vllm bench serve --save-result` does.")] = "servesim",
     save_detailed: Annotated[bool, typer.Option("--save-detailed", help="With --format vllm: per-request "
-                                                "arrays in result.json (runs the reference engine).")] = False,
+                                                "arrays in result.json.")] = False,
     json_: Annotated[bool, typer.Option("--json", help="Print the summary JSON on stdout (the table goes "
                                         "to stderr).")] = False,
     metric_percentiles: Annotated[str, typer.Option("--metric-percentiles", metavar="LIST", help="Percentiles "

@@ -79,7 +79,7 @@ def simulate(
     is called now and then. `percentiles` (default 50, 90, 95, 99) are those the
     summary reports for TTFT, TPOT, ITL and E2E (`p99.9_ttft_ms`, ...); `detailed`
     records each request's token times (`Result.token_times`, for vllm's
-    `--save-detailed`), which runs the reference engine.
+    `--save-detailed`).
     """
     wall_start = time.perf_counter()
     overrides = check_simulate_arguments(config, trace, seed, overrides, pass_log, progress)

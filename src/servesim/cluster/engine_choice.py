@@ -4,9 +4,9 @@ The fast engine (aggregate decode groups, fast-forwarded runs of decode passes, 
 keyed KV cache) and the reference engine (the per-request form of the same rules) give the
 same results; the reference is chosen when something needs what only it has:
 
-- engine.reference, a pass log (it lists every request of every pass), per-request token
-  times or a per-token delivery callback (each token's time): the whole run, cache and
-  scheduler, is the reference;
+- engine.reference or a per-token delivery callback (each token's time as it happens):
+  the whole run, cache and scheduler, is the reference (a pass log and per-request token
+  times are not reasons: the fast engine writes them too);
 - KV offload: the host tier sits under the reference cache, where every full block has
   its key (the fast cache's lazily keyed blocks would store different keys), so that
   role runs the reference cache and scheduler;
@@ -52,12 +52,10 @@ class RunEngines:
 
 def whole_run_reason(reference: bool, pass_log: bool, token_times: bool, on_token: bool = False) -> str | None:
     """Why the whole run is the reference engine (None: nothing asks for it)."""
+    # A pass log and per-request token times do not: the fast engine names every request of
+    # its logical passes when a collector asks for them (engine/passes.py's PassRun).
     if reference:
         return "engine.reference is true"
-    if pass_log:
-        return "a pass log was asked for (--passes): it lists every request of every pass"
-    if token_times:
-        return "per-request token times were asked for (--save-detailed)"
     if on_token:
         return "a per-token delivery callback was given: it needs each token's time"
     return None

@@ -37,7 +37,7 @@ from servesim.cluster.disaggregation import Disaggregation
 from servesim.cluster.fleet import RequestFactory, Role
 from servesim.cluster.router import Router
 from servesim.config.run_spec import TransferSpec
-from servesim.engine.passes import ScheduledPass
+from servesim.engine.passes import PassResult
 from servesim.engine.request import Request, Status
 from servesim.engine.request_path import RequestPath
 from servesim.errors import ServesimError
@@ -137,7 +137,7 @@ class Simulation:
         times = [t for t in times if t is not None]
         return min(times) if times else None
 
-    def push_pass_end(self, t: int, worker: Worker, done: ScheduledPass) -> None:
+    def push_pass_end(self, t: int, worker: Worker, done: PassResult) -> None:
         self.push(t, PASS_END, worker.on_pass_end, done)
 
     def push_scheduler_call(self, t: int, worker: Worker) -> None:
@@ -191,14 +191,14 @@ class Simulation:
 
     # ------------------------------------------------------------------ outputs
 
-    def push_early_record(self, t: int, worker: Worker, record: ScheduledPass) -> None:
+    def push_early_record(self, t: int, worker: Worker, record: PassResult) -> None:
         """The passes of a fast-forwarded run up to a finish inside it, reported at that pass end."""
         self.push(t, PASS_END, self._on_early_record, (worker, record))
 
-    def _on_early_record(self, _: int, arg: tuple[Worker, ScheduledPass]) -> None:
+    def _on_early_record(self, _: int, arg: tuple[Worker, PassResult]) -> None:
         self.on_pass_done(*arg)
 
-    def on_pass_done(self, worker: Worker, done: ScheduledPass) -> None:
+    def on_pass_done(self, worker: Worker, done: PassResult) -> None:
         self.collector.on_pass(worker, done)
         if self.on_token is not None:
             # The reference engine runs under a callback (cluster/engine_choice.py): every

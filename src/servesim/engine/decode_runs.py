@@ -5,8 +5,8 @@ SGLang and TensorRT-LLM keep their per-request schedulers, whose passes cost
 O(batch); what this module saves is the passes themselves. When a scheduled pass
 only decodes, one token for every running request, and nothing can change until
 the first of them receives its last token, the passes that follow are the same
-pass again: the worker lets one record stand for the whole run (engine/worker.py,
-`_fast_forward`), as it does for vLLM's group. A run costs O(batch) once, not per
+pass again: the worker lets the scheduled pass stand for the whole run, a `PassRun`
+(engine/passes.py; engine/worker.py `_fast_forward`), as it does for vLLM's group. A run costs O(batch) once, not per
 pass.
 
 What "nothing can change" means, pass by pass, in the reference scheduler:
@@ -19,7 +19,7 @@ What "nothing can change" means, pass by pass, in the reference scheduler:
 - every running request decodes one token, no drafts: each of its gaps in the run
   is one pass, but the first when its previous token came before the run started
   (SGLang's prefill passes do not decode the running requests), which the run
-  records for the collector;
+  keeps for its `token_gaps` (`PassRun.late_previous_ns`);
 - enough free blocks for every pass of the run (and, with overlap, for the pass
   committed behind it), so nothing is retracted or paused. Blocks leave the free
   queue in the same order whether taken per pass or for the run at once, and the
@@ -36,7 +36,7 @@ the reference (the same schedulers without runs) on random workloads.
 
 from __future__ import annotations
 
-from servesim.engine.passes import ScheduledPass
+from servesim.engine.passes import PassRun, SchedulerOutput
 
 
 class DecodeRuns:
@@ -44,7 +44,7 @@ class DecodeRuns:
 
     fast_forwards = True   # engine/events.py's FastForward
     warmup_below = 0
-    _last_decided: ScheduledPass | None = None   # a run starts only from the pass scheduled last
+    _last_decided: SchedulerOutput | None = None   # a run starts only from the pass scheduled last
 
     def exclude_warmup(self, first_measured: int) -> None:
         self.warmup_below = first_measured
@@ -60,12 +60,12 @@ class DecodeRuns:
     def _advance_run(self, extra: int) -> None:
         """The backend: per-pass state other than the requests' (SGLang's new_token_ratio)."""
 
-    def schedule(self) -> ScheduledPass:
+    def schedule(self) -> SchedulerOutput:
         out = super().schedule()
         self._last_decided = out
         return out
 
-    def may_run(self, decided: ScheduledPass) -> bool:
+    def may_run(self, decided: SchedulerOutput) -> bool:
         return bool(decided.entries) and decided is self._last_decided
 
     def _run_blocks(self, entries, steps: int) -> int:
@@ -80,7 +80,7 @@ class DecodeRuns:
                 total += need
         return total
 
-    def quiet_steps(self, decided: ScheduledPass, limit: int, now: int) -> int:
+    def quiet_steps(self, decided: SchedulerOutput, limit: int, now: int) -> int:
         """How many passes, starting with `decided` (starting at `now`), are the same decode pass."""
         entries = decided.entries
         if (decided.preempted or decided.load_ns or len(entries) != len(self.running)
@@ -133,12 +133,12 @@ class DecodeRuns:
                 high = middle - 1
         return low
 
-    def run_segments(self, decided: ScheduledPass, steps: int) -> list[tuple[int, int, int]]:
+    def run_segments(self, decided: SchedulerOutput, steps: int) -> list[tuple[int, int, int]]:
         """The run's steps as (steps, decoding requests, their total context in the first):
         one segment, as the run ends with the first request's last token."""
         return [(steps, len(decided.entries), self._run_context)]
 
-    def extend(self, decided: ScheduledPass, steps: int, durations, uniform_ns: int = 0) -> None:
+    def extend(self, decided: SchedulerOutput, steps: int, durations, uniform_ns: int = 0) -> None:
         """Make `decided` stand for `steps` passes (see quiet_steps), each lasting its entry of
         `durations`, or `uniform_ns` when `durations` is None."""
         kv = self.kv
@@ -185,13 +185,11 @@ class DecodeRuns:
             if caching and filled // size > request.num_cached_blocks:
                 kv.cache_full_blocks(request, filled)
         self._advance_run(extra)
+        run = decided.run = PassRun(steps, durations, uniform_ns)
         # KV usage at the end of the run's next-to-last pass (the reference's highest sample
         # inside the run): every block taken, less the last pass's unless overlap committed it.
-        decided.kv_peak = kv.num_used - (0 if overlap else last_step)
-        decided.group_steps = steps
-        decided.step_durations = durations
-        decided.bulk_gap_ns = uniform_ns
-        decided.bulk_deliveries = len(entries)
-        decided.bulk_warmup = warm
-        decided.late_previous_ns = late
+        run.kv_peak = kv.num_used - (0 if overlap else last_step)
+        run.free_blocks = kv.num_free
+        run.per_pass = len(entries) - warm
+        run.late_previous_ns = late
         decided.num_tokens = len(entries) * steps

@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from servesim.engine.passes import ScheduledPass
+    from servesim.engine.passes import PassResult, SchedulerOutput
     from servesim.engine.request import Request
     from servesim.engine.worker import Worker
 
@@ -27,12 +27,12 @@ class EventSink(Protocol):
 
     def push_scheduler_call(self, t: int, worker: Worker) -> None: ...
 
-    def push_pass_end(self, t: int, worker: Worker, done: ScheduledPass) -> None: ...
+    def push_pass_end(self, t: int, worker: Worker, done: PassResult) -> None: ...
 
-    def push_early_record(self, t: int, worker: Worker, record: ScheduledPass) -> None:
+    def push_early_record(self, t: int, worker: Worker, record: PassResult) -> None:
         """Report the passes of a fast-forwarded run up to a finish inside it, at that pass end."""
 
-    def on_pass_done(self, worker: Worker, done: ScheduledPass) -> None:
+    def on_pass_done(self, worker: Worker, done: PassResult) -> None:
         """A pass's outputs are processed: record it, route its finished requests on."""
 
     def on_aborted(self, worker: Worker, request: Request, now: int) -> None:
@@ -43,16 +43,16 @@ class FastForward(Protocol):
     fast_forwards: bool                    # True for a scheduler that implements the rest
     commits_follow_late: bool              # async: a run's follow-up pass may be committed late
 
-    def may_run(self, decided: ScheduledPass) -> bool:
+    def may_run(self, decided: SchedulerOutput) -> bool:
         """Could `decided` start a run? `quiet_steps` says how long."""
 
-    def quiet_steps(self, decided: ScheduledPass, limit: int, now: int) -> int:
+    def quiet_steps(self, decided: SchedulerOutput, limit: int, now: int) -> int:
         """How many passes (at most `limit`) `decided` may stand for: nothing changes in them."""
 
-    def run_segments(self, decided: ScheduledPass, steps: int) -> list[tuple[int, int, int]]:
+    def run_segments(self, decided: SchedulerOutput, steps: int) -> list[tuple[int, int, int]]:
         """(passes, batch, Σ context) pieces of the run, for the timing model."""
 
-    def extend(self, decided: ScheduledPass, steps: int, durations, uniform_ns: int = 0) -> None:
+    def extend(self, decided: SchedulerOutput, steps: int, durations, uniform_ns: int = 0) -> None:
         """Make `decided` stand for `steps` passes lasting `durations` (or `uniform_ns` each)."""
 
     def is_final(self, step: int) -> bool:

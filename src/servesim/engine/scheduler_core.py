@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import deque
 
 from servesim.engine.kv.cache import KvCache
-from servesim.engine.passes import PassEntry, ScheduledPass
+from servesim.engine.passes import PassEntry, PassResult, SchedulerOutput
 from servesim.engine.kv.reference_cache import ReferenceKvCache
 from servesim.engine.request import Request, Status
 from servesim.engine.speculative import Speculation
@@ -77,7 +77,7 @@ class SchedulerCore:
         self.incoming.pop(request.request_id, None)
         self.transferred.append(request)
 
-    def reads_arrivals(self, last_launched: ScheduledPass | None, skipped: int) -> bool:
+    def reads_arrivals(self, last_launched: SchedulerOutput | None, skipped: int) -> bool:
         """Whether a scheduler call that follows `last_launched` (the pass the engine launched
         last; `skipped` calls inside a fast-forwarded run before it) reads the requests that
         have arrived. vLLM and TensorRT-LLM read at every call."""
@@ -85,6 +85,10 @@ class SchedulerCore:
 
     def idle_reads(self) -> None:
         """The engine runs nothing: its loop spins and reads arrivals at once."""
+
+    def keep_pass_details(self) -> None:
+        """A pass log or token times are asked for: a scheduler holding requests as aggregates
+        names them in its outputs (`SchedulerOutput.members`)."""
 
     def has_unfinished(self) -> bool:
         return bool(self.running) or bool(self.waiting) or bool(self.transferred)
@@ -100,7 +104,7 @@ class SchedulerCore:
         """Every request this scheduler holds (to find one to abort: not a hot path)."""
         return [*self.running, *self.waiting, *self.transferred]
 
-    def _start_running(self, request: Request, out: ScheduledPass, tokens: int, computed_before: int,
+    def _start_running(self, request: Request, out: SchedulerOutput, tokens: int, computed_before: int,
                        loaded: int = 0) -> None:
         """Admit a request into the running list with its first chunk of this pass.
 
@@ -180,10 +184,10 @@ class SchedulerCore:
             return [1] * len(decoders)
         return [1 + self._drafts(request, 1) for request in decoders]
 
-    def schedule(self) -> ScheduledPass:
+    def schedule(self) -> SchedulerOutput:
         raise NotImplementedError
 
-    def _update_after_schedule(self, out: ScheduledPass) -> None:
+    def _update_after_schedule(self, out: SchedulerOutput) -> None:
         if not out.entries:
             out.num_tokens = 0
             return
@@ -209,7 +213,7 @@ class SchedulerCore:
 
     # ------------------------------------------------------------------ outputs
 
-    def update_from_output(self, done: ScheduledPass) -> None:
+    def update_from_output(self, done: PassResult) -> None:
         """Process a finished pass: deliver sampled tokens, finish requests, free their blocks.
 
         Fills `done.delivered` (requests that received a token) and `done.finished`.
@@ -218,13 +222,13 @@ class SchedulerCore:
         delivered = done.delivered
         stopped_running: set[int] = set()
         # A run of decode passes (engine/decode_runs.py): each request gets a token per pass,
-        # counted by the collector as bulk deliveries; with overlap all but the last were
-        # credited when the run started.
-        run = done.group_steps > 1
-        run_tokens = 1 if self.async_scheduling else done.group_steps   # 1 for a single pass
+        # delivered in aggregate (`done.aggregate`, set by the run); with overlap all but the
+        # last were credited when the run started.
+        run = done.run is not None
+        run_tokens = 1 if self.async_scheduling or not run else done.run.steps
         block_size = self.kv.block_size
         max_model_len = self.max_model_len
-        for entry in done.entries:
+        for entry in done.scheduled.entries:
             request = entry.request
             request.in_flight -= entry.tokens
             stale = request.stale > 0

@@ -28,7 +28,7 @@ from collections import deque
 from itertools import accumulate
 
 from servesim.engine.events import EventSink
-from servesim.engine.passes import ScheduledPass
+from servesim.engine.passes import PassResult, SchedulerOutput
 from servesim.engine.request import Request, Status
 from servesim.engine.scheduler_core import SchedulerCore
 from servesim.timing.base import PassShape, TimingModel
@@ -51,8 +51,8 @@ class Worker:
         self.async_scheduling = async_scheduling
         self.events: EventSink | None = None   # the loop it runs in (attach)
         self.intake: deque[Request] = deque()   # arrived, not yet read by the engine
-        self.executing: ScheduledPass | None = None
-        self.queued: ScheduledPass | None = None  # async: committed, waits for the GPU
+        self.executing: PassResult | None = None
+        self.queued: SchedulerOutput | None = None  # async: committed, waits for the GPU
         self.call_pending = False
         self.num_passes = 0
         self.busy_ns = 0
@@ -61,7 +61,7 @@ class Worker:
         self.fast_forward = scheduler.fast_forwards   # engine/events.py's FastForward
         self._last_call_preempted = False
         self._arrivals_due: deque[int] = deque()   # engine arrivals routed here, not yet delivered
-        self._last_launched: ScheduledPass | None = None   # sync: the pass the last call started
+        self._last_launched: SchedulerOutput | None = None   # sync: the pass the last call started
         self._run_calls = 0     # scheduler calls a fast-forwarded run stood for, not yet counted
         # Async runs may commit their follow-up pass at their second-to-last pass end (see
         # _fast_forward); the cluster allows it where only arrivals can reach a worker then.
@@ -94,7 +94,7 @@ class Worker:
         shortest = self.min_pass_ns
         executing = self.executing
         if executing is not None:
-            if any(entry.samples for entry in executing.entries):
+            if any(entry.samples for entry in executing.scheduled.entries):
                 return executing.end_ns
             return executing.end_ns + shortest
         if self.call_pending or self.intake:
@@ -114,7 +114,7 @@ class Worker:
         if self.executing is None and not self.call_pending:
             self._request_call(now)
 
-    def on_pass_end(self, now: int, done: ScheduledPass) -> None:
+    def on_pass_end(self, now: int, done: PassResult) -> None:
         self.executing = None
         if self.commit_at_pass_end and self.async_scheduling:
             # Decided with `done` still unprocessed, as at its start, but seeing what came since.
@@ -203,7 +203,7 @@ class Worker:
             # Commit nothing behind the pass in flight: at its end no pass is in flight, and
             # the aborts apply (a batch queue drained for them; docs/modeling/abort.md).
             return
-        elif scheduler.reads_every_call or self._reads_arrivals(self.executing):
+        elif scheduler.reads_every_call or self._reads_arrivals(self.executing.scheduled):
             self._read_intake(now, inclusive=False)
         follow = self._schedule()
         if follow:
@@ -215,7 +215,7 @@ class Worker:
         self._run_calls = 0
         self.scheduler.idle_reads()
 
-    def _reads_arrivals(self, last_launched: ScheduledPass | None) -> bool:
+    def _reads_arrivals(self, last_launched: SchedulerOutput | None) -> bool:
         """Does this scheduler call read arrivals? Asked once per call: the backend may count calls."""
         skipped, self._run_calls = self._run_calls, 0
         return self.scheduler.reads_arrivals(last_launched, skipped)
@@ -234,7 +234,7 @@ class Worker:
         ):
             add(intake.popleft())
 
-    def _schedule(self) -> ScheduledPass:
+    def _schedule(self) -> SchedulerOutput:
         decided = self.scheduler.schedule()
         decided.free_blocks = self.scheduler.kv.num_free
         self._last_call_preempted = bool(decided.preempted)
@@ -246,7 +246,7 @@ class Worker:
                 self.pending_preempted = []
         return decided
 
-    def _schedule_nonempty(self) -> ScheduledPass | None:
+    def _schedule_nonempty(self) -> SchedulerOutput | None:
         """Schedule until a pass has tokens; None if the engine has nothing it can run now.
 
         An empty call that preempted something is retried at once (the preempted requests can
@@ -265,7 +265,7 @@ class Worker:
         # A scheduler call that frees nothing and admits nothing would repeat forever.
         raise RuntimeError(f"{self.name}: the scheduler made no progress (this is a servesim bug)")
 
-    def _fast_forward(self, decided: ScheduledPass, now: int, first_duration: int) -> int:
+    def _fast_forward(self, decided: SchedulerOutput, now: int, first_duration: int) -> int:
         """Let `decided` stand for a run of identical decode passes when nothing can change.
 
         The run stops before the pass end at which the next pending event (an arrival,
@@ -314,7 +314,7 @@ class Worker:
         scheduler.extend(decided, steps, durations)
         return ends[steps - 1]
 
-    def _within_horizon(self, decided: ScheduledPass, steps: int, before: int) -> int:
+    def _within_horizon(self, decided: SchedulerOutput, steps: int, before: int) -> int:
         """`steps` cut to what the horizon allows. `before` is the most passes whose ends,
         all but the last, come before it; a late commit allows one more, unless a member
         leaves in the pass before that one (see _fast_forward)."""
@@ -324,32 +324,42 @@ class Worker:
             return before
         return min(steps, before + 1)
 
-    def _start(self, decided: ScheduledPass, now: int) -> int:
+    def keep_pass_details(self) -> None:
+        """A pass log or per-request token times are asked for: results must name every request."""
+        self.scheduler.keep_pass_details()
+
+    def _start(self, decided: SchedulerOutput, now: int) -> int:
         """Start `decided` at `now` (perhaps as a run); returns when the engine next calls
         the scheduler: now, or for a run committing its follow-up late, its second-to-last
         pass end."""
-        decided.index = self.num_passes
+        result = PassResult(decided, self.num_passes, now)
         # A pass that admits host-tier prefix hits waits for their copy back to the GPU.
         duration = self.timing.duration_ns(PassShape.of(decided)) + decided.load_ns
-        decided.start_ns = now
+        steps = 1
         if self.fast_forward and not self.intake and not self.aborts and self.scheduler.may_run(decided):
             duration = self._fast_forward(decided, now, duration) or duration
-            for record in decided.early_records:
-                self.events.push_early_record(record.end_ns, self, record)
-                # The run's own record reports the passes after its early ones.
-                decided.start_ns = record.end_ns
-                decided.index += record.group_steps
-        self.num_passes += decided.group_steps
-        if decided.group_steps > 1 and not self.scheduler.reads_every_call:
-            self._run_calls += decided.group_steps - 1   # one engine call per pass end inside the run
-        decided.end_ns = now + duration
+            run = decided.run
+            if run is not None:
+                steps = run.steps
+                result.run = run
+                result.aggregate = run.per_pass
+                for early in run.early:
+                    early.index += result.index
+                    self.events.push_early_record(early.end_ns, self, early)
+                    # The run's own result reports the passes after its early ones.
+                    result.start_ns = early.end_ns
+                result.index += run.early_steps
+                if not self.scheduler.reads_every_call:
+                    self._run_calls += steps - 1   # one engine call per pass end inside the run
+        self.num_passes += steps
+        result.end_ns = now + duration
         self.busy_ns += duration
         for entry in decided.entries:
             if entry.request.first_scheduled_ns is None:
                 entry.request.first_scheduled_ns = now
-        self.executing = decided
-        self.events.push_pass_end(decided.end_ns, self, decided)
-        if decided.group_steps > 1 and self.late_follow:
-            durations = decided.step_durations
-            return decided.end_ns - (durations[-1] if durations is not None else decided.bulk_gap_ns)
+        self.executing = result
+        self.events.push_pass_end(result.end_ns, self, result)
+        if steps > 1 and self.late_follow:
+            durations = decided.run.durations
+            return result.end_ns - (durations[-1] if durations is not None else decided.run.gap_ns)
         return now

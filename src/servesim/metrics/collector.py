@@ -8,7 +8,7 @@ from typing import TextIO
 
 import numpy as np
 
-from servesim.engine.passes import ScheduledPass
+from servesim.engine.passes import LogicalPass, PassResult
 from servesim.engine.request import Request
 from servesim.metrics.histogram import LogHistogram
 from servesim.metrics.records import RequestTable
@@ -31,8 +31,8 @@ class Collector:
         self._uniform_runs = array("q")    # end, steps, count, gap; per run
         self._varied_runs = array("q")     # end, steps, count; per run
         self._varied_durations = array("q")
-        # Every measured request's delivery times (`--save-detailed`; the reference engine only,
-        # which delivers to each request by name).
+        # Every measured request's delivery times (`--save-detailed`), read off each result's
+        # logical passes (engine/passes.py), which name every request.
         self.token_times: dict[int, array] | None = {} if token_times else None
         self.warmup = warmup
         self.records = RequestTable()
@@ -42,7 +42,12 @@ class Collector:
         self.peak_running = 0
         self.workers: dict[str, WorkerStats] = {}
 
-    def on_pass(self, worker, done: ScheduledPass) -> None:
+    @property
+    def names_requests(self) -> bool:
+        """Does it need every pass's requests by name (a pass log, token times)?"""
+        return self.pass_log is not None or self.token_times is not None
+
+    def on_pass(self, worker, done: PassResult) -> None:
         end = done.end_ns
         itl = self.itl
         warmup = self.warmup
@@ -50,8 +55,7 @@ class Collector:
         # the gaps first and add each distinct one once.
         gaps: dict[int, int] = {}
         firsts = 0   # measured requests' first tokens; their later tokens are counted in gaps
-        singles = done.delivered
-        for request in singles:
+        for request in done.delivered:
             if request.first_token_ns is None:
                 request.first_token_ns = end
                 if request.request_id >= warmup:
@@ -60,60 +64,59 @@ class Collector:
                 gap = end - request.last_token_ns
                 gaps[gap] = gaps.get(gap, 0) + 1
             request.last_token_ns = end
-        delivered = firsts + sum(gaps.values())   # before the late gaps of a run join gaps below
-        times = self.token_times
-        if times is not None:
-            for request in singles:
-                if request.request_id >= warmup:
-                    times.setdefault(request.request_id, array("q")).append(end)
-        measured = done.bulk_deliveries - done.bulk_warmup
-        steps = done.group_steps - done.early_steps   # earlier passes of a run went in early records
-        if measured and steps > 1:
-            if done.step_durations is None:
-                self._uniform_runs.extend((end, steps, measured, done.bulk_gap_ns))
+        delivered = firsts + sum(gaps.values())
+        for gap, count in gaps.items():
+            itl.add(gap, count)
+        # Tokens delivered in aggregate, to requests the result does not name.
+        measured = done.aggregate
+        if measured:
+            done.token_gaps(itl)
+            run = done.run
+            steps = 1 if run is None else run.reported
+            if steps > 1:
+                if run.durations is None:
+                    self._uniform_runs.extend((end, steps, measured, run.gap_ns))
+                else:
+                    self._varied_runs.extend((end, steps, measured))
+                    self._varied_durations.extend(run.durations)
             else:
-                self._varied_runs.extend((end, steps, measured))
-                durations = done.step_durations
-                self._varied_durations.extend(durations if len(durations) == steps else durations[-steps:])
-        elif measured:
-            delivered += measured
+                delivered += measured
         if delivered:
             self._delivery_ns.append(end)
             self._delivery_n.append(delivered)
-        if measured:
-            # Each gap is one pass, but the first of a request whose previous token came
-            # before the run started (late): that one runs from its previous token.
-            late = done.late_previous_ns
-            if done.step_durations is None:   # one pass, or a run of equal passes
-                itl.add(done.bulk_gap_ns, measured * steps - len(late))
-                first_end = done.start_ns + done.bulk_gap_ns
-            else:  # a fast-forwarded run of passes
-                itl.add_many(done.step_durations, measured - len(late))
-                if late:
-                    itl.add_many(done.step_durations[1:], len(late))
-                first_end = done.start_ns + done.step_durations[0]
-            for previous in late:
-                gap = first_end - previous
-                gaps[gap] = gaps.get(gap, 0) + 1
-        for gap, count in gaps.items():
-            itl.add(gap, count)
         for request in done.finished:
             request.finish_ns = end
+        scheduled = done.scheduled
+        run = done.run
+        steps = 1 if run is None else run.reported
         self.num_passes += steps
-        self.num_preemptions += len(done.preempted)
-        batch = len(done.entries) + done.group_size
+        self.num_preemptions += len(scheduled.preempted)
+        batch = len(scheduled.entries) + scheduled.group_size
         if batch > self.peak_running:
             self.peak_running = batch
         stats = self.workers[worker.name]
         stats.passes += steps
         stats.requests += batch * steps
-        stats.tokens += done.num_tokens
-        stats.preemptions += len(done.preempted)
+        stats.tokens += scheduled.num_tokens
+        stats.preemptions += len(scheduled.preempted)
         stats.sample(end, worker.scheduler.kv.num_used if done.kv_used < 0 else done.kv_used, batch)
-        if done.kv_peak > stats.kv_max:
-            stats.kv_max = done.kv_peak
-        if self.pass_log is not None:
-            self.pass_log.write(json.dumps(self.pass_record(worker.name, done)) + "\n")
+        if run is not None and run.kv_peak > stats.kv_max:
+            stats.kv_max = run.kv_peak
+        if self.pass_log is not None or self.token_times is not None:
+            self._name_requests(worker.name, done)
+
+    def _name_requests(self, worker_name: str, done: PassResult) -> None:
+        """The pass log's lines and the token times, one logical pass at a time."""
+        times = self.token_times
+        log = self.pass_log
+        warmup = self.warmup
+        for logical in done.logical_passes():
+            if times is not None:
+                for request in logical.delivered:
+                    if request.request_id >= warmup:
+                        times.setdefault(request.request_id, array("q")).append(logical.end_ns)
+            if log is not None:
+                log.write(json.dumps(self.pass_record(worker_name, logical)) + "\n")
 
     def deliveries(self) -> tuple[np.ndarray, np.ndarray]:
         """(time ns, count) of every output delivery to a measured request, unordered."""
@@ -135,24 +138,26 @@ class Collector:
         return np.concatenate(times), np.concatenate(counts)
 
     @staticmethod
-    def pass_record(worker_name: str, done: ScheduledPass) -> dict:
+    def pass_record(worker_name: str, logical: LogicalPass) -> dict:
+        """A pass log line (docs/outputs.md)."""
         return {
             "worker": worker_name,
-            "pass": done.index,
-            "start_ms": _ms(done.start_ns),
-            "end_ms": _ms(done.end_ns),
-            "scheduled": {str(e.request.request_id): e.tokens for e in done.entries},
-            "preempted": [r.request_id for r in done.preempted],
-            "finished": [r.request_id for r in done.finished],
-            "free_blocks": done.free_blocks,
-            "prefix_hits": {str(e.request.request_id): e.computed_before
-                            for e in done.entries if e.kind != "running"},
+            "pass": logical.index,
+            "start_ms": _ms(logical.start_ns),
+            "end_ms": _ms(logical.end_ns),
+            "scheduled": {str(request_id): tokens for request_id, tokens in logical.scheduled},
+            "preempted": logical.preempted,
+            "finished": logical.finished,
+            "free_blocks": logical.free_blocks,
+            "prefix_hits": {str(request_id): before for request_id, before in logical.prefix_hits},
         }
 
     def register(self, workers) -> None:
         """Workers in fleet order (summary rows follow it)."""
         for worker in workers:
             self.workers[worker.name] = WorkerStats(worker)
+            if self.names_requests:
+                worker.keep_pass_details()
 
     def on_request_done(self, request: Request) -> None:
         self.records.append(request)

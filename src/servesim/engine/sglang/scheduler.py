@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from servesim.engine.decode_runs import DecodeRuns
 from servesim.engine.kv.cache import ceil_div
-from servesim.engine.passes import PassEntry, ScheduledPass
+from servesim.engine.passes import PassEntry, PassResult, SchedulerOutput
 from servesim.engine.request import Request
 from servesim.engine.scheduler_core import SchedulerCore
 
@@ -64,7 +64,7 @@ class SglangScheduler(SchedulerCore):
         # requests whose KV is on its way or has arrived, when that limit is at most 32.
         self.decode_slots = max_running_requests * (3 if max_running_requests <= 32 else 1)
 
-    def reads_arrivals(self, last_launched: ScheduledPass | None, skipped: int) -> bool:
+    def reads_arrivals(self, last_launched: SchedulerOutput | None, skipped: int) -> bool:
         """SGLang's `SchedulerRecvSkipper` (`--scheduler-recv-interval`): each loop iteration adds
         the weight of the batch launched last (a decode batch 1, one with prefill
         PREFILL_RECV_WEIGHT) and reads new requests only once the sum reaches the interval,
@@ -93,7 +93,7 @@ class SglangScheduler(SchedulerCore):
 
     # ------------------------------------------------------------------ schedule
 
-    def schedule(self) -> ScheduledPass:
+    def schedule(self) -> SchedulerOutput:
         self._take_transferred(self.max_running_requests)
         if not self.running and self.chunked is None and not self.waiting:
             self.new_token_ratio = self.init_ratio   # idle: the ratio resets
@@ -119,7 +119,7 @@ class SglangScheduler(SchedulerCore):
             return sorted(self.waiting, key=lambda r: -len(self.kv.lookup(r)))
         return list(self.waiting)
 
-    def _prefill_pass(self) -> ScheduledPass | None:
+    def _prefill_pass(self) -> SchedulerOutput | None:
         kv = self.kv
         if (self.batch_is_full or not self.waiting) and self.chunked is None:
             return None
@@ -130,7 +130,7 @@ class SglangScheduler(SchedulerCore):
         avail = kv.num_free * kv.block_size   # tokens: free pages, cached ones evictable
         total_offset = mixed + self._reserved_decode_tokens()
         current_offset = mixed
-        out = ScheduledPass()
+        out = SchedulerOutput()
         page = kv.block_size
 
         chunked = self.chunked
@@ -214,7 +214,7 @@ class SglangScheduler(SchedulerCore):
         self._add_decodes(out, decoders, self._decode_tokens(decoders))
         return out
 
-    def _add_decodes(self, out: ScheduledPass, decoders: list[Request], tokens: list[int]) -> None:
+    def _add_decodes(self, out: SchedulerOutput, decoders: list[Request], tokens: list[int]) -> None:
         kv = self.kv
         entries = out.entries
         if kv.allocate_each(decoders, tokens):
@@ -225,9 +225,9 @@ class SglangScheduler(SchedulerCore):
             if kv.allocate(request, count):
                 entries.append(PassEntry(request, count, request.num_computed, "running"))
 
-    def _decode_pass(self) -> ScheduledPass:
+    def _decode_pass(self) -> SchedulerOutput:
         kv = self.kv
-        out = ScheduledPass()
+        out = SchedulerOutput()
         decoders = self._decoding()
         tokens = self._decode_tokens(decoders)
         needs = self._blocks_needed(decoders, tokens)
@@ -310,7 +310,7 @@ class SglangScheduler(SchedulerCore):
         self.batch_is_full = False
         return True
 
-    def update_from_output(self, done: ScheduledPass) -> None:
+    def update_from_output(self, done: PassResult) -> None:
         before = len(self.running)
         super().update_from_output(done)
         if len(self.running) < before:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from servesim.engine.decode_runs import DecodeRuns
 from servesim.engine.kv.cache import ceil_div
-from servesim.engine.passes import PassEntry, ScheduledPass
+from servesim.engine.passes import PassEntry, SchedulerOutput
 from servesim.engine.request import Request, Status
 from servesim.engine.scheduler_core import SchedulerCore
 
@@ -52,9 +52,9 @@ class TrtllmScheduler(SchedulerCore):
 
     # ------------------------------------------------------------------ schedule
 
-    def schedule(self) -> ScheduledPass:
+    def schedule(self) -> SchedulerOutput:
         kv = self.kv
-        out = ScheduledPass()
+        out = SchedulerOutput()
         budget = self.max_num_tokens
         block = kv.block_size
         self._take_transferred(self.max_batch_size)
@@ -164,7 +164,7 @@ class TrtllmScheduler(SchedulerCore):
                 reserved += need
         return tokens
 
-    def _holds_contexts(self, contexts: list[Request], budget: int, scheduled: int, out: ScheduledPass) -> bool:
+    def _holds_contexts(self, contexts: list[Request], budget: int, scheduled: int, out: SchedulerOutput) -> bool:
         """PyExecutor._waiting_requests (TensorRT-LLM 1.1-1.2): with generation requests in the
         iteration, context requests wait until `batch_wait_timeout_iters` iterations have held
         them or their prompt tokens plus the generation tokens reach the ratio of
@@ -222,7 +222,7 @@ class TrtllmScheduler(SchedulerCore):
             return True
         return self._need_blocks(request) <= self.kv.num_free - self._reserved_blocks()
 
-    def _pause_for_next_step(self, candidates: list[Request], out: ScheduledPass) -> None:
+    def _pause_for_next_step(self, candidates: list[Request], out: SchedulerOutput) -> None:
         """MAX_UTILIZATION: pause the most recently started requests until the next step fits."""
         block = self.kv.block_size
 

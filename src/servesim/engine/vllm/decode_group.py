@@ -105,6 +105,10 @@ class DecodeGroup:
         self.context_base -= offset + 1
         self.buckets[offset % self.block_size] -= 1
 
+    def active_members(self, step: int) -> list[Request]:
+        """The members decoding at `step`, in admission order (O(members): pass logs only)."""
+        return [member for _, member in sorted(self.members.items()) if member.group_final >= step]
+
     def blocks_needed(self, step: int) -> int:
         return self.buckets[-step % self.block_size]
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 from servesim.engine.vllm.decode_group import DecodeGroup
 from servesim.engine.vllm.group_runs import GroupRuns
 from servesim.engine.kv.cache import ceil_div
-from servesim.engine.passes import PassEntry, ScheduledPass
+from servesim.engine.passes import PassEntry, PassResult, SchedulerOutput
 from servesim.engine.request import Request, Status
 from servesim.engine.vllm.scheduler import VllmScheduler
 
@@ -31,11 +31,15 @@ class FastVllmScheduler(GroupRuns, VllmScheduler):
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.group = DecodeGroup(self.kv.block_size)
-        self.pending: list[ScheduledPass] = []   # scheduled passes whose outputs are not processed yet
+        self.pending: list[SchedulerOutput] = []   # scheduled passes whose outputs are not processed yet
         self._blocked: Request | None = None     # waiting head that did not fit, at kv.epoch ...
         self._blocked_epoch = -1
         self.fast_passes = 0
         self.exact_passes = 0
+        self.names_members = False   # outputs list the group's members (pass logs, token times)
+
+    def keep_pass_details(self) -> None:
+        self.names_members = True
 
     # ------------------------------------------------------------------ queues
 
@@ -60,7 +64,7 @@ class FastVllmScheduler(GroupRuns, VllmScheduler):
 
     # ------------------------------------------------------------------ schedule
 
-    def schedule(self) -> ScheduledPass:
+    def schedule(self) -> SchedulerOutput:
         step = self.group.step + 1
         self.group.retire_before(step)
         out = self._schedule_fast(step)
@@ -74,7 +78,7 @@ class FastVllmScheduler(GroupRuns, VllmScheduler):
             self.pending.append(out)
         return out
 
-    def _schedule_fast(self, step: int) -> ScheduledPass | None:
+    def _schedule_fast(self, step: int) -> SchedulerOutput | None:
         """One pass in aggregate form, or None when the running list's order could matter."""
         kv = self.kv
         group = self.group
@@ -123,7 +127,7 @@ class FastVllmScheduler(GroupRuns, VllmScheduler):
                      and request.num_tokens + request.placeholders - request.num_computed == 1)
             plan.append((request, num_new, joins))
             budget -= num_new
-        out = ScheduledPass()
+        out = SchedulerOutput()
         if blocks_needed > kv.num_free:
             if not self._allocate_with_preemption(out, step, plan):
                 return None
@@ -141,6 +145,8 @@ class FastVllmScheduler(GroupRuns, VllmScheduler):
             out.group_size = group.active
             out.group_warm = group.warm_active
             out.group_context = group.context_at(step)
+            if self.names_members:
+                out.members = group.active_members(step)
 
         if not out.preempted:
             self._admit_waiting(out, budget, threshold)
@@ -148,7 +154,7 @@ class FastVllmScheduler(GroupRuns, VllmScheduler):
         out.num_tokens += out.group_size
         return out
 
-    def _admit_waiting(self, out: ScheduledPass, budget: int, threshold: int) -> Request | None:
+    def _admit_waiting(self, out: SchedulerOutput, budget: int, threshold: int) -> Request | None:
         waiting = self.waiting
         if not waiting and not self.transferred:
             self._blocked = None
@@ -167,7 +173,7 @@ class FastVllmScheduler(GroupRuns, VllmScheduler):
 
     # ------------------------------------------------------------------ exact fallback
 
-    def _in_flight_group_pass(self) -> tuple[int, ScheduledPass | None]:
+    def _in_flight_group_pass(self) -> tuple[int, SchedulerOutput | None]:
         """The group step whose outputs are still in flight (0 if none), and its pass (None if
         none, or if that pass is a fast-forwarded run, whose members cannot be taken apart)."""
         group = self.group
@@ -175,11 +181,11 @@ class FastVllmScheduler(GroupRuns, VllmScheduler):
             return 0, None
         step = group.step
         in_flight_pass = next((p for p in self.pending if p.group_step == step), None)
-        if in_flight_pass is None or in_flight_pass.group_steps != 1:
+        if in_flight_pass is None or in_flight_pass.run is not None:
             return step, None
         return step, in_flight_pass
 
-    def _detach(self, member: Request, in_flight_step: int, in_flight_pass: ScheduledPass | None) -> bool:
+    def _detach(self, member: Request, in_flight_step: int, in_flight_pass: SchedulerOutput | None) -> bool:
         """Write a member's progress into its own counters and blocks, as an explicit running request.
 
         Its token in the pass in flight (if any) becomes an explicit entry of that pass, and
@@ -220,22 +226,23 @@ class FastVllmScheduler(GroupRuns, VllmScheduler):
         for member in sorted(group.members.values(), key=lambda r: r.seq):
             self._detach(member, in_flight_step, in_flight_pass)
         if in_flight_pass is not None:
-            # The members' tokens now arrive explicitly; no bulk delivery remains.
+            # The members' tokens now arrive explicitly; none remains in aggregate.
             in_flight_pass.entries.sort(key=lambda e: e.request.seq)
             in_flight_pass.group_size = in_flight_pass.group_warm = 0
+            in_flight_pass.members = ()
         assert not group.private_blocks, "decode group lost track of its blocks"
         self.running = sorted(self.running + list(group.members.values()), key=lambda r: r.seq)
         group.reset()
 
     # ------------------------------------------------------------------ preemption in aggregate form
 
-    def _place(self, out: ScheduledPass, request: Request, num_new: int, joins: bool, step: int) -> None:
+    def _place(self, out: SchedulerOutput, request: Request, num_new: int, joins: bool, step: int) -> None:
         if joins:
             self.group.join(request, step)
         else:
             out.entries.append(PassEntry(request, num_new, request.num_computed, "running"))
 
-    def _allocate_with_preemption(self, out: ScheduledPass, step: int,
+    def _allocate_with_preemption(self, out: SchedulerOutput, step: int,
                                   plan: list[tuple[Request, int, bool]]) -> bool:
         """Blocks run short: vLLM's running loop with preemption, the group handled as one unit.
 
@@ -278,6 +285,8 @@ class FastVllmScheduler(GroupRuns, VllmScheduler):
                     in_flight_pass.group_size -= 1
                     if group.is_warm(victim):
                         in_flight_pass.group_warm -= 1
+                    if in_flight_pass.members:
+                        in_flight_pass.members = [m for m in in_flight_pass.members if m is not victim]
                     in_flight_pass.entries.sort(key=lambda e: e.request.seq)
                 group.remove(victim, step)
             self._preempt(victim)
@@ -298,13 +307,14 @@ class FastVllmScheduler(GroupRuns, VllmScheduler):
 
     # ------------------------------------------------------------------ outputs
 
-    def update_from_output(self, done: ScheduledPass) -> None:
+    def update_from_output(self, result: PassResult) -> None:
+        done = result.scheduled
         if self.pending and self.pending[0] is done:
             self.pending.pop(0)
         else:
             self.pending.remove(done)
-        finished = done.finished
-        delivered = done.delivered
+        finished = result.finished
+        delivered = result.delivered
         ending: list[Request] = []
         async_on = self.async_scheduling
         for entry in done.entries:
@@ -331,27 +341,25 @@ class FastVllmScheduler(GroupRuns, VllmScheduler):
 
         step = done.group_step
         group = self.group
-        if step and done.group_steps > 1:
+        run = done.run
+        if step and run is not None:
             # A fast-forwarded run: only regular deliveries, each one pass after the last
-            # (members that joined at its first step too: see quiet_steps); members whose
-            # last token came from its last step leave.
+            # (members that joined at its first step too: see quiet_steps; the worker set
+            # result.aggregate); members whose last token came from its last step leave.
             group.joined_at.pop(step, None)
-            done.bulk_deliveries = done.group_size
-            done.bulk_warmup = done.group_warm
-            self._leave_at(step + done.group_steps - 1, done.end_ns, ending)
+            self._leave_at(step + run.steps - 1, result.end_ns, ending)
             step = 0
         if step:
             joiners = group.joined_at.pop(step, [])
             delivered.extend(joiners)
             regular = done.group_size - len(joiners)
             if regular:
-                done.bulk_deliveries = regular
-                done.bulk_gap_ns = done.end_ns - group.done_end_ns
                 warm = done.group_warm
                 if warm:
                     warm -= sum(1 for r in joiners if group.is_warm(r))
-                done.bulk_warmup = warm
-            self._leave_at(step, done.end_ns, ending)
+                result.aggregate = regular - warm
+                result.gap_ns = result.end_ns - group.done_end_ns
+            self._leave_at(step, result.end_ns, ending)
 
         if ending:
             ending.sort(key=lambda r: r.seq)

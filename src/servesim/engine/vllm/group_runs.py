@@ -24,7 +24,7 @@ step already, so the frees come one step later in the order. Every step's blocks
 come from the blocks free when the run starts, so no step can run short; but a
 freed block can still be the next one taken (unkeyed blocks are reused first), which
 is why the order is replayed rather than summed. The passes up to each finish are
-reported as a record of their own at that pass end (`ScheduledPass.early_records`),
+reported as a result of their own at that pass end (`PassRun.early`),
 so routers, records and KV samples see the finish when the engine would.
 """
 
@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from itertools import accumulate
 
-from servesim.engine.passes import ScheduledPass
+from servesim.engine.passes import PassResult, PassRun, SchedulerOutput
 from servesim.engine.request import Request, Status
 
 
@@ -48,11 +48,11 @@ class GroupRuns:
         """Is `step` some active member's last, inside a run that goes past finishes?"""
         return self._run_crosses and bool(self.group.retire_at.get(step))
 
-    def may_run(self, decided: ScheduledPass) -> bool:
+    def may_run(self, decided: SchedulerOutput) -> bool:
         """Could `decided` start a run (a pure group step)? quiet_steps says how long."""
         return bool(decided.group_size) and not decided.entries
 
-    def quiet_steps(self, decided: ScheduledPass, limit: int, now: int) -> int:
+    def quiet_steps(self, decided: SchedulerOutput, limit: int, now: int) -> int:
         """How many passes, starting with `decided` (starting at `now`), are group steps that
         nothing but the group's own finishes can change.
 
@@ -110,7 +110,7 @@ class GroupRuns:
         retire_at = self.group.retire_at
         return [step for step in range(first, last) if retire_at.get(step)]
 
-    def run_segments(self, decided: ScheduledPass, steps: int) -> list[tuple[int, int, int]]:
+    def run_segments(self, decided: SchedulerOutput, steps: int) -> list[tuple[int, int, int]]:
         """The run's steps as (steps, decoding requests, their total context in the first)."""
         group = self.group
         first = decided.group_step
@@ -126,34 +126,35 @@ class GroupRuns:
         segments.append((first + steps - start, active, base + active * start))
         return segments
 
-    def extend(self, decided: ScheduledPass, steps: int, durations, uniform_ns: int = 0) -> None:
+    def extend(self, decided: SchedulerOutput, steps: int, durations, uniform_ns: int = 0) -> None:
         """Make `decided` stand for `steps` group steps (see quiet_steps), each lasting its entry
         of `durations`, or `uniform_ns` when `durations` is None."""
         group = self.group
         first = decided.group_step
         last = first + steps - 1
-        decided.group_steps = steps
-        decided.step_durations = durations
-        decided.bulk_gap_ns = uniform_ns
+        run = decided.run = PassRun(steps, durations, uniform_ns)
         finals = self._finals_within(first, last)
         if finals:
-            self._extend_across(decided, first, last, finals, durations, uniform_ns)
-            return
-        self.kv.take(group.blocks_for_steps(first + 1, steps - 1), group.private_blocks)
-        group.step = last
-        # The reference samples KV usage at every pass end; the run is sampled at its end only,
-        # after members that leave there freed their blocks. Nothing else allocates or frees on
-        # this worker before the last step (the horizon), so usage at the end of the pass
-        # before the last is known now: every block taken, less the last step's when that
-        # step is scheduled only then (sync; async commits it one pass earlier).
-        decided.kv_peak = self.kv.num_used - (0 if self.async_scheduling else group.blocks_needed(last))
-        decided.num_tokens = group.active * steps
+            self._extend_across(decided, first, last, finals)
+        else:
+            self.kv.take(group.blocks_for_steps(first + 1, steps - 1), group.private_blocks)
+            group.step = last
+            # The reference samples KV usage at every pass end; the run is sampled at its end only,
+            # after members that leave there freed their blocks. Nothing else allocates or frees on
+            # this worker before the last step (the horizon), so usage at the end of the pass
+            # before the last is known now: every block taken, less the last step's when that
+            # step is scheduled only then (sync; async commits it one pass earlier).
+            run.kv_peak = self.kv.num_used - (0 if self.async_scheduling else group.blocks_needed(last))
+            decided.num_tokens = group.active * steps
+        run.per_pass = decided.group_size - decided.group_warm
+        run.free_blocks = self.kv.num_free
+        for early in run.early:
+            early.run.free_blocks = run.free_blocks
 
-    def _extend_across(self, decided: ScheduledPass, first: int, last: int, finals: list[int],
-                       durations, uniform_ns: int) -> None:
+    def _extend_across(self, decided: SchedulerOutput, first: int, last: int, finals: list[int]) -> None:
         """`extend` for a run past the last steps `finals` of some members (see the module doc).
 
-        The passes up to each finish become a record of their own (`early_records`), reported
+        The passes up to each finish become a result of their own (`PassRun.early`), reported
         at that pass end with the KV usage the engine has then; `decided` keeps the engine's
         view of the whole run and reports only its passes after the last of them. KV usage is
         sampled at a pass end after that pass's finished requests are freed: sync, with the
@@ -164,12 +165,14 @@ class GroupRuns:
         pool = group.private_blocks
         async_on = self.async_scheduling
         start_ns = self._run_start
+        run = decided.run
+        durations, uniform_ns = run.durations, run.gap_ns
         ends = None if durations is None else list(accumulate(durations))
         taken = first            # blocks are taken through this step
         peak = 0                 # the sample at the end of the step before a segment's last
         segment_first = first
         segment_start_ns = start_ns
-        records = decided.early_records = []
+        early = run.early = []
 
         def take_through(step: int) -> None:
             nonlocal taken
@@ -177,45 +180,54 @@ class GroupRuns:
                 kv.take(group.blocks_for_steps(taken + 1, step - taken), pool)
                 taken = step
 
-        def segment(record: ScheduledPass, final: int) -> None:
-            """`record` reports steps segment_first..final: the members active in them."""
+        def segment(scheduled: SchedulerOutput, final: int) -> PassRun:
+            """The run of steps segment_first..final: the members active in them."""
             steps = final - segment_first + 1
-            record.group_steps = steps
-            record.group_size = record.bulk_deliveries = group.active
-            record.group_warm = record.bulk_warmup = group.warm_active
-            record.num_tokens = group.active * steps
-            record.bulk_gap_ns = uniform_ns
-            if durations is not None:
-                record.step_durations = durations[segment_first - first:final - first + 1]
+            scheduled.group_size = group.active
+            scheduled.group_warm = group.warm_active
+            scheduled.num_tokens = group.active * steps
+            part = PassRun(steps, None if durations is None else
+                           durations[segment_first - first:final - first + 1], uniform_ns)
+            part.per_pass = group.active - group.warm_active
+            return part
 
         for final in finals:
             take_through(final if async_on else final - 1)
             if final > first:
                 peak = kv.num_used
-            record = ScheduledPass()
-            segment(record, final)
+            scheduled = SchedulerOutput()
+            scheduled.group_step = segment_first
+            scheduled.members = decided.members
+            part = segment(scheduled, final)
             take_through(final)
             for member in group.retire_at.pop(final):
                 group._deactivate(member)
             if async_on:
                 take_through(final + 1)   # committed before `final`'s outputs come back
             end_ns = start_ns + (ends[final - first] if ends is not None else (final - first + 1) * uniform_ns)
-            record.finished = self._leave_early(final, end_ns)
-            record.index = decided.index + segment_first - first
-            record.start_ns = segment_start_ns
-            record.end_ns = end_ns
-            record.kv_peak = peak
-            record.kv_used = kv.num_used
-            records.append(record)
+            # Its index counts from the run's first pass; the worker adds the run's.
+            result = PassResult(scheduled, segment_first - first, segment_start_ns)
+            result.run = part
+            result.aggregate = part.per_pass
+            result.finished = self._leave_early(final, end_ns)
+            result.end_ns = end_ns
+            part.kv_peak = peak
+            part.opens = not early
+            result.kv_used = kv.num_used
+            early.append(result)
             segment_first = final + 1
             segment_start_ns = end_ns
-        segment(decided, last)
+        # The run's first pass is reported early: so are its preemptions and free blocks.
+        early[0].scheduled.preempted, decided.preempted = decided.preempted, []
+        early[0].scheduled.free_blocks = decided.free_blocks
+        tail = segment(decided, last)
+        run.durations = tail.durations
+        run.opens = False
         take_through(last if async_on else last - 1)
-        decided.kv_peak = kv.num_used   # the sample at the end of the step before the last
-        decided.early_steps = segment_first - first
+        run.kv_peak = kv.num_used   # the sample at the end of the step before the last
+        run.early_steps = segment_first - first
         take_through(last)
         group.step = last
-        decided.group_steps = last - first + 1
 
     def _leave_early(self, step: int, end_ns: int) -> list[Request]:
         """Members whose last token comes from run step `step` (ending at `end_ns`) leave, as

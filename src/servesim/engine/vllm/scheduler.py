@@ -10,7 +10,7 @@ straightforward per-request form of those rules (the reference).
 from __future__ import annotations
 
 from servesim.engine.kv.cache import KvCache
-from servesim.engine.passes import PassEntry, ScheduledPass
+from servesim.engine.passes import PassEntry, SchedulerOutput
 from servesim.engine.kv.reference_cache import ReferenceKvCache
 from servesim.engine.request import Request, Status
 from servesim.engine.scheduler_core import SchedulerCore
@@ -42,7 +42,7 @@ class VllmScheduler(SchedulerCore):
 
     # ------------------------------------------------------------------ schedule
 
-    def schedule(self) -> ScheduledPass:
+    def schedule(self) -> SchedulerOutput:
         kv = self.kv
         budget = self.max_num_batched_tokens
         # The long-prefill cap exists so one prompt cannot starve others: with a
@@ -52,7 +52,7 @@ class VllmScheduler(SchedulerCore):
             if len(self.running) + len(self.waiting) > 1
             else 0
         )
-        out = ScheduledPass()
+        out = SchedulerOutput()
         entries = out.entries
         running = self.running
 
@@ -92,7 +92,7 @@ class VllmScheduler(SchedulerCore):
         self._update_after_schedule(out)
         return out
 
-    def _admit_waiting(self, out: ScheduledPass, budget: int, threshold: int) -> Request | None:
+    def _admit_waiting(self, out: SchedulerOutput, budget: int, threshold: int) -> Request | None:
         """Admit waiting requests in queue order; returns the request that did not fit in memory, if any."""
         kv = self.kv
         waiting = self.waiting
