@@ -73,8 +73,10 @@ def test_engine_choice_per_role():
     spec = _spec(("engine.workers.aggregated.speculative", {"method": "ngram", "num_speculative_tokens": 2, "acceptance_rate": 0.5}))
     choice = choose_engines(spec, False, False).roles["aggregated"]
     assert (choice.path, choice.exact_cache) == ("reference", False)
-    # A pass log makes the whole run the reference, cache included.
-    choice = choose_engines(_spec(), pass_log=True, token_times=False).roles["aggregated"]
+    # A pass log does not change the engine (the fast one writes it); a token callback makes
+    # the whole run the reference, cache included.
+    assert choose_engines(_spec(), pass_log=True, token_times=True).roles["aggregated"].path == "fast"
+    choice = choose_engines(_spec(), pass_log=False, token_times=False, on_token=True).roles["aggregated"]
     assert (choice.path, choice.exact_cache) == ("reference", True)
 
 
