@@ -105,6 +105,15 @@ def _shape(raw: dict, prefix: str, concurrency: int) -> RoleShape:
     ep = _int(raw.get(f"{prefix}moe_ep_size"))
     if (tp * dp) % ep:
         ep = 1
+    if not prefix and raw["mode"] == "agg" and tp * dp > 8 and from_inferencemax(raw):
+        # A single-node sweep's row on an 8-GPU system with tp_size 16 or 64 ran TP = tp / ep
+        # (4 or 8) with that EP, as the launch scripts' search spaces (TP <= 8) have it; an
+        # attention-DP size above 8 likewise counts the ranks times EP (agg_recipes.md §5).
+        gpus = resolve_gpu(raw["system"]).nvlink_domain
+        if gpus == 8 and tp > 8 and tp % ep == 0 and tp // ep <= 8:
+            tp //= ep
+        if gpus == 8 and dp > 8 and dp % ep == 0 and dp // ep <= 8:
+            dp //= ep
     batch = _int(raw.get(f"{prefix}batch_size"), 0) or concurrency
     count = _int(raw.get(f"{prefix}num_workers")) if prefix else 1
     return RoleShape(count, tp, dp, ep, batch)
@@ -307,8 +316,12 @@ def row_config(row: Row, requests_per_user: int = 10, profile: str | None = None
         recipe = sglang_recipe(row) if row.backend == "sglang" else None
         if recipe is not None:
             _, chunk, prefill = recipe
-            scheduler["chunked_prefill_size"] = chunk
-            scheduler["max_prefill_tokens"] = prefill
+            # Not passed: SGLang's own defaults (the chunk by GPU memory, 16384 prefill tokens).
+            if chunk is None:
+                scheduler.pop("chunked_prefill_size")
+            else:
+                scheduler["chunked_prefill_size"] = chunk
+            scheduler["max_prefill_tokens"] = 16384 if prefill is None else prefill
     return {
         "model": row.model,
         "gpu": row.gpu,
