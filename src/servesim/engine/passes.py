@@ -96,7 +96,9 @@ class PassRun:
         # `early_steps` passes; `durations` then covers the passes after them.
         self.early: list[PassResult] | tuple = ()
         self.early_steps = 0
-        self.free_blocks = -1       # free KV blocks once the run's blocks are taken (for pass logs)
+        # Pass logs only: the free KV blocks right after scheduling each reported pass, as the
+        # engine schedules them one by one (None: not asked for).
+        self.free_blocks: list[int] | None = None
         self.opens = True           # its result reports the run's first pass (False: an early one does)
 
     @property
@@ -231,7 +233,7 @@ class PassResult:
                              if e.kind != "running"] if head else [],
                 preempted=[r.request_id for r in scheduled.preempted] if i == 0 else [],
                 finished=[r.request_id for r in self.finished] if i == last else [],
-                free_blocks=scheduled.free_blocks if head else run.free_blocks,
+                free_blocks=scheduled.free_blocks if head else run.free_blocks[i],
                 delivered=delivered)
             start = end
 
