@@ -160,6 +160,10 @@ class DecodeRuns:
             needs.append(need)
             if need > 0:
                 last_step += need - max(-(-min(request.num_computed + extra - 1, max_len) // size) - held, 0)
+        # Pass logs: the free blocks after each pass is scheduled, as the engine takes them.
+        free_blocks = ([decided.free_blocks] + [kv.num_free - self._run_blocks(entries, step)
+                                                for step in range(1, steps)]
+                       if self.names_requests else None)
         pool: list[int] = []
         kv.take(sum(need for need in needs if need > 0), pool)
         position = 0
@@ -189,7 +193,7 @@ class DecodeRuns:
         # KV usage at the end of the run's next-to-last pass (the reference's highest sample
         # inside the run): every block taken, less the last pass's unless overlap committed it.
         run.kv_peak = kv.num_used - (0 if overlap else last_step)
-        run.free_blocks = kv.num_free
+        run.free_blocks = free_blocks
         run.per_pass = len(entries) - warm
         run.late_previous_ns = late
         decided.num_tokens = len(entries) * steps

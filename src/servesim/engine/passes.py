@@ -96,35 +96,15 @@ class PassRun:
         # `early_steps` passes; `durations` then covers the passes after them.
         self.early: list[PassResult] | tuple = ()
         self.early_steps = 0
-        self.free_blocks = -1       # free KV blocks once the run's blocks are taken (for pass logs)
-        self.opens = True           # its result reports the run's first pass (an early result may)
+        # Pass logs only: the free KV blocks right after scheduling each reported pass, as the
+        # engine schedules them one by one (None: not asked for).
+        self.free_blocks: list[int] | None = None
+        self.opens = True           # its result reports the run's first pass (False: an early one does)
 
     @property
     def reported(self) -> int:
         """The passes its own result reports (the others went in early results)."""
         return self.steps - self.early_steps
-
-    def token_gaps(self, sink: GapSink, per_pass: int, start_ns: int) -> None:
-        """The gaps of `per_pass` measured requests getting a token in each reported pass
-        (starting at `start_ns`): each gap is one pass, but the first of a request whose
-        previous token came before the run started (late), which runs from that token."""
-        late = self.late_previous_ns
-        durations = self.durations
-        if durations is None:
-            sink.add(self.gap_ns, per_pass * self.reported - len(late))
-            first_end = start_ns + self.gap_ns
-        else:
-            sink.add_many(durations, per_pass - len(late))
-            if late:
-                sink.add_many(durations[1:], len(late))
-            first_end = start_ns + durations[0]
-        if late:
-            gaps: dict[int, int] = {}
-            for previous in late:
-                gap = first_end - previous
-                gaps[gap] = gaps.get(gap, 0) + 1
-            for gap, count in gaps.items():
-                sink.add(gap, count)
 
     def ends_ns(self, start_ns: int) -> list[int]:
         """Each reported pass's end."""
@@ -181,22 +161,39 @@ class PassResult:
         self.run: PassRun | None = None     # the run whose passes it reports
         self.kv_used = -1           # KV blocks in use at its end, when known ahead (-1: read the cache)
 
-    @property
-    def passes(self) -> int:
-        run = self.run
-        return 1 if run is None else run.reported
-
     def token_gaps(self, sink: GapSink) -> None:
         """Report the measured inter-token gaps of the tokens delivered in aggregate to `sink`
-        (the ones `delivered` lists are the collector's to measure)."""
+        (the ones `delivered` lists are the collector's to measure).
+
+        Each gap is one pass, but the first of a request in a run whose previous token came
+        before the run started (`PassRun.late_previous_ns`), which runs from that token. A run
+        of varied passes reports its durations in one call (`add_many`): a run may be thousands
+        of passes long.
+        """
         count = self.aggregate
         if not count:
             return
         run = self.run
         if run is None:
             sink.add(self.gap_ns, count)
+            return
+        late = run.late_previous_ns
+        durations = run.durations
+        if durations is None:
+            sink.add(run.gap_ns, count * (run.steps - run.early_steps) - len(late))
+            first_end = self.start_ns + run.gap_ns
         else:
-            run.token_gaps(sink, count, self.start_ns)
+            sink.add_many(durations, count - len(late))
+            if late:
+                sink.add_many(durations[1:], len(late))
+            first_end = self.start_ns + durations[0]
+        if late:
+            gaps: dict[int, int] = {}
+            for previous in late:
+                gap = first_end - previous
+                gaps[gap] = gaps.get(gap, 0) + 1
+            for gap, count in gaps.items():
+                sink.add(gap, count)
 
     def logical_passes(self) -> Iterator[LogicalPass]:
         """Its passes as the reference engine runs them, every request by name.
@@ -236,7 +233,7 @@ class PassResult:
                              if e.kind != "running"] if head else [],
                 preempted=[r.request_id for r in scheduled.preempted] if i == 0 else [],
                 finished=[r.request_id for r in self.finished] if i == last else [],
-                free_blocks=scheduled.free_blocks if head else run.free_blocks,
+                free_blocks=scheduled.free_blocks if head else run.free_blocks[i],
                 delivered=delivered)
             start = end
 

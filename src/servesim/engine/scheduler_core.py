@@ -28,6 +28,7 @@ class SchedulerCore:
     commits_follow_late = False
     # Lets one committed pass stand for a run of identical passes (engine/events.py's FastForward).
     fast_forwards = False
+    names_requests = False    # outputs name every request of every pass (keep_pass_details)
 
     def __init__(self, kv: KvCache | ReferenceKvCache, max_model_len: int, async_scheduling: bool) -> None:
         self.kv = kv
@@ -88,7 +89,9 @@ class SchedulerCore:
 
     def keep_pass_details(self) -> None:
         """A pass log or token times are asked for: a scheduler holding requests as aggregates
-        names them in its outputs (`SchedulerOutput.members`)."""
+        names them in its outputs (`SchedulerOutput.members`), and a fast-forwarded run keeps
+        the free blocks of each of its passes (`PassRun.free_blocks`)."""
+        self.names_requests = True
 
     def has_unfinished(self) -> bool:
         return bool(self.running) or bool(self.waiting) or bool(self.transferred)

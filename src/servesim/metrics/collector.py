@@ -67,12 +67,12 @@ class Collector:
         delivered = firsts + sum(gaps.values())
         for gap, count in gaps.items():
             itl.add(gap, count)
+        run = done.run
+        steps = 1 if run is None else run.steps - run.early_steps   # the passes it reports
         # Tokens delivered in aggregate, to requests the result does not name.
         measured = done.aggregate
         if measured:
             done.token_gaps(itl)
-            run = done.run
-            steps = 1 if run is None else run.reported
             if steps > 1:
                 if run.durations is None:
                     self._uniform_runs.extend((end, steps, measured, run.gap_ns))
@@ -87,8 +87,6 @@ class Collector:
         for request in done.finished:
             request.finish_ns = end
         scheduled = done.scheduled
-        run = done.run
-        steps = 1 if run is None else run.reported
         self.num_passes += steps
         self.num_preemptions += len(scheduled.preempted)
         batch = len(scheduled.entries) + scheduled.group_size

@@ -36,10 +36,6 @@ class FastVllmScheduler(GroupRuns, VllmScheduler):
         self._blocked_epoch = -1
         self.fast_passes = 0
         self.exact_passes = 0
-        self.names_members = False   # outputs list the group's members (pass logs, token times)
-
-    def keep_pass_details(self) -> None:
-        self.names_members = True
 
     # ------------------------------------------------------------------ queues
 
@@ -145,7 +141,7 @@ class FastVllmScheduler(GroupRuns, VllmScheduler):
             out.group_size = group.active
             out.group_warm = group.warm_active
             out.group_context = group.context_at(step)
-            if self.names_members:
+            if self.names_requests:
                 out.members = group.active_members(step)
 
         if not out.preempted:

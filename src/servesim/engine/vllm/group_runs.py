@@ -137,6 +137,10 @@ class GroupRuns:
         if finals:
             self._extend_across(decided, first, last, finals)
         else:
+            if self.names_requests:   # pass logs: the free blocks after each step is scheduled
+                free = self.kv.num_free
+                run.free_blocks = [decided.free_blocks] + [free - group.blocks_for_steps(first + 1, count)
+                                                           for count in range(1, steps)]
             self.kv.take(group.blocks_for_steps(first + 1, steps - 1), group.private_blocks)
             group.step = last
             # The reference samples KV usage at every pass end; the run is sampled at its end only,
@@ -147,9 +151,6 @@ class GroupRuns:
             run.kv_peak = self.kv.num_used - (0 if self.async_scheduling else group.blocks_needed(last))
             decided.num_tokens = group.active * steps
         run.per_pass = decided.group_size - decided.group_warm
-        run.free_blocks = self.kv.num_free
-        for early in run.early:
-            early.run.free_blocks = run.free_blocks
 
     def _extend_across(self, decided: SchedulerOutput, first: int, last: int, finals: list[int]) -> None:
         """`extend` for a run past the last steps `finals` of some members (see the module doc).
@@ -173,12 +174,21 @@ class GroupRuns:
         segment_first = first
         segment_start_ns = start_ns
         early = run.early = []
+        # Pass logs: the free blocks after each step is scheduled, counted step by step between
+        # the finishes' frees, as the engine interleaves them.
+        free_blocks = [decided.free_blocks] if self.names_requests else None
 
         def take_through(step: int) -> None:
             nonlocal taken
-            if step > taken:
-                kv.take(group.blocks_for_steps(taken + 1, step - taken), pool)
-                taken = step
+            if step <= taken:
+                return
+            if free_blocks is not None:
+                free = kv.num_free
+                for one in range(taken + 1, step + 1):
+                    free -= group.blocks_for_steps(one, 1)
+                    free_blocks.append(free)
+            kv.take(group.blocks_for_steps(taken + 1, step - taken), pool)
+            taken = step
 
         def segment(scheduled: SchedulerOutput, final: int) -> PassRun:
             """The run of steps segment_first..final: the members active in them."""
@@ -228,6 +238,11 @@ class GroupRuns:
         run.early_steps = segment_first - first
         take_through(last)
         group.step = last
+        if free_blocks is not None:
+            for result in early:
+                offset = result.index   # its first step, counted from the run's first
+                result.run.free_blocks = free_blocks[offset:offset + result.run.steps]
+            run.free_blocks = free_blocks[run.early_steps:]
 
     def _leave_early(self, step: int, end_ns: int) -> list[Request]:
         """Members whose last token comes from run step `step` (ending at `end_ns`) leave, as
