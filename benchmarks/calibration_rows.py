@@ -238,6 +238,18 @@ def vllm_capture_size(row: Row) -> dict:
     return {}
 
 
+def trtllm_script_tokens(row: Row) -> dict:
+    """The token budgets other InferenceX TensorRT-LLM scripts pass: gpt-oss 20,000 (and
+    `max_batch_size` 512 on B200), Llama-3.1-70B 16,384 on every branch."""
+    if row.backend != "trtllm" or not from_inferencemax(row.raw):
+        return {}
+    if row.model == "gpt-oss-120b":
+        return {"max_num_tokens": 20000, **({"max_batch_size": 512} if row.gpu == "b200" else {})}
+    if row.model == "llama-3.1-70b":
+        return {"max_num_tokens": 16384}
+    return {}
+
+
 def trtllm_max_num_tokens(row: Row) -> dict:
     """InferenceX's DeepSeek-R1 TensorRT-LLM scripts size max_num_tokens as CONC + ISL + 127
     rounded up to 64 (no chunked context), with a floor of 8192 from 2026-01-21 (64af5a771). The
@@ -310,6 +322,7 @@ def row_config(row: Row, requests_per_user: int = 10, profile: str | None = None
         workers = {"aggregated": _role(RoleShape(1, row.tp, row.attention_dp, row.ep, per_rank),
                                        row.backend, max_len, recv, row.gpu)}
         scheduler = workers["aggregated"]["scheduler"]
+        scheduler.update(trtllm_script_tokens(row))
         scheduler.update(trtllm_batch_wait(row))
         scheduler.update(trtllm_max_num_tokens(row))
         scheduler.update(vllm_capture_size(row))
