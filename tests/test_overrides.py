@@ -326,3 +326,18 @@ def test_cli_shorthands_end_to_end(tmp_path):
     client = summary["simulated"]["client"]
     assert (client["mode"], client["request_rate"], client["max_concurrency"]) == ("bench", 40.0, 4)
     assert summary["simulated"]["slo"] == {"ttft_ms": 500.0, "tpot_ms": 30.0, "e2e_ms": None}
+
+
+def test_num_prompts_follows_the_source_the_set_overrides_leave(tmp_path):
+    # A synthetic base: --num-prompts is its num_requests. A --set that makes the workload a trace
+    # turns it into max_requests, as it is for a trace base; one that makes it synthetic, back.
+    base = tmp_path / "syn.yaml"
+    base.write_text("workload:\n  synthetic: {num_requests: 50, input_length: 100, output_length: 20}\n")
+    later = [("workload.trace", "t.jsonl", "--set workload.trace"), ("workload.synthetic", None, "--set x")]
+    assert shorthand_overrides(_params(num_prompts=2, config=base)) == [
+        ("workload.synthetic.num_requests", 2, "--num-prompts"), ("workload.max_requests", None, "--num-prompts")]
+    assert shorthand_overrides(_params(num_prompts=2, config=base), later) == [
+        ("workload.max_requests", 2, "--num-prompts")]
+    to_synthetic = [("workload", {"synthetic": {"num_requests": 9}}, "--set workload")]
+    assert shorthand_overrides(_params(num_prompts=2), to_synthetic)[0] == (
+        "workload.synthetic.num_requests", 2, "--num-prompts")   # the embedded default is a trace

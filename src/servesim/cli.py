@@ -120,7 +120,7 @@ def run(
     try:
         # Labelled, so an error names the --set (the Python API labels its own overrides otherwise).
         overrides = [(*parse_override(item)[:2], "--set " + item.split("=", 1)[0].strip()) for item in set_ or []]
-        overrides = vb.shorthand_overrides(ctx.params) + overrides   # before --set, which wins
+        overrides = vb.shorthand_overrides(ctx.params, overrides) + overrides   # before --set, which wins
         if seed is not None and seed < 0:
             raise ServesimError(f"--seed must be a non-negative integer, got {seed}")
         if plots and out is None:

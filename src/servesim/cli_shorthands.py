@@ -67,10 +67,11 @@ VLLM_RANDOM_DEFAULTS = {"random_input_len": 1024, "random_output_len": 128, "ran
 _GOODPUT_KEYS = {"ttft": "slo.ttft_ms", "tpot": "slo.tpot_ms", "e2el": "slo.e2e_ms"}
 
 
-def shorthand_overrides(params: dict[str, Any]) -> list[tuple[str, Any, str]]:
-    """The (dotted key, value, flag) overrides the flags in `params` (the run command's) stand for."""
+def shorthand_overrides(params: dict[str, Any], later: list[tuple] = ()) -> list[tuple[str, Any, str]]:
+    """The (dotted key, value, flag) overrides the flags in `params` (the run command's) stand for;
+    `later` are the --set overrides applied after them (they can change the workload's source)."""
     out = _client_overrides(params)
-    out += _workload_overrides(params)
+    out += _workload_overrides(params, later)
     out += _goodput_overrides(params.get("goodput"))
     return out
 
@@ -88,7 +89,7 @@ def _client_overrides(params: dict[str, Any]) -> list[tuple[str, Any, str]]:
     return out
 
 
-def _workload_overrides(params: dict[str, Any]) -> list[tuple[str, Any, str]]:
+def _workload_overrides(params: dict[str, Any], later: list[tuple] = ()) -> list[tuple[str, Any, str]]:
     prompts = params.get("num_prompts")
     if prompts is not None and prompts < 1:
         raise ServesimError(f"--num-prompts must be at least 1, got {prompts}")
@@ -100,7 +101,7 @@ def _workload_overrides(params: dict[str, Any]) -> list[tuple[str, Any, str]]:
         return _random_workload(params, flags[0])
     if prompts is None:
         return []
-    if params.get("trace") is None and _base_is_synthetic(params.get("config")):
+    if params.get("trace") is None and _is_synthetic(params.get("config"), later):
         return [("workload.synthetic.num_requests", prompts, "--num-prompts"),
                 ("workload.max_requests", None, "--num-prompts")]
     return [("workload.max_requests", prompts, "--num-prompts")]
@@ -137,6 +138,20 @@ def _random_workload(params: dict[str, Any], first_flag: str) -> list[tuple[str,
     label = f"--{first_flag.replace('_', '-')}"
     return [("workload.trace", None, label), ("workload.format", None, label),
             ("workload.max_requests", None, label), ("workload.synthetic", synthetic, label)]
+
+
+def _is_synthetic(config: Path | None, later: list[tuple]) -> bool:
+    """Whether the workload is synthetic once the --set overrides are applied: the last one that
+    names its source decides, else the config file."""
+    synthetic = None
+    for key, value, *_ in later:
+        if key == "workload.trace" and value is not None:
+            synthetic = False
+        elif key == "workload.synthetic" or key.startswith("workload.synthetic."):
+            synthetic = value is not None
+        elif key == "workload" and isinstance(value, dict):
+            synthetic = value.get("synthetic") is not None
+    return _base_is_synthetic(config) if synthetic is None else synthetic
 
 
 def _base_is_synthetic(config: Path | None) -> bool:
