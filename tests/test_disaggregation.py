@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import pytest
 
+from tests.support.runs import REQUEST_PATH
+
 
 def _pd(prefill=None, decode=None, transfer=None, sched=None):
     base = {"num_gpu_blocks": 1000, "max_model_len": 1024, "max_num_seqs": 64, "max_num_batched_tokens": 2048,
@@ -238,8 +240,6 @@ def test_handoff_after_the_committed_pass_as_vllm_033(run):
     assert _busy_decode_handoff(run, "after_committed", decode_async=False).ttft_ms(1) == pytest.approx(43.1072)
 
 
-PATH = {"enabled": True, "http_ms": 1.0, "to_engine_ms": 0.5, "broadcast_ms": 2.0, "output_ms": 0.25,
-        "tokenizer_us_per_token": 10.0}
 
 
 def test_proxy_hop_before_the_decode_side_pulls(run):
@@ -249,7 +249,7 @@ def test_proxy_hop_before_the_decode_side_pulls(run):
     # decode pass [30.3572, 40.3572); the client reads the token 0.25 later: TTFT 40.6072 =
     # path 2.75 + queue 0 + prefill 10 + transfer (and the decode's first pass) 27.8572.
     r = run([{"timestamp": 0.0, "input_length": 100, "output_length": 5}],
-            config_extra={**_pd(), "engine.request_path": PATH})
+            config_extra={**_pd(), "engine.request_path": REQUEST_PATH})
     rec = r.by_id[0]
     assert (rec.transfer_start_ns, rec.transfer_end_ns) == (12_500_000, 30_357_200)
     assert r.ttft_ms(0) == pytest.approx(40.6072)
@@ -258,8 +258,9 @@ def test_proxy_hop_before_the_decode_side_pulls(run):
     from servesim.engine.request_path import RequestPath
 
     costs = get_backend("vllm").request_path
-    path = RequestPath.build(costs, tp=1, tokenizer="hf-fast", tokenization_ms=None)
-    assert path.with_sequential_handoff(costs, decode_tp=8).handoff_ns(100) == 1_100_000 + 150_000
+    # vLLM: 0.3 out + 0.5 HTTP + 0.3 hop (no broadcast on vLLM) = 1.1 ms, and 100 tokens × 1.5 µs.
+    path = RequestPath.build(costs, tp=1, per_token_ns=1500, tokenization_ms=None, handoff_tp=8)
+    assert path.handoff_ns(100) == 1_100_000 + 150_000
     assert (get_backend("vllm").pd_proxy_sequential, get_backend("trtllm").pd_proxy_sequential,
             get_backend("sglang").pd_proxy_sequential) == (True, True, False)
 

@@ -12,13 +12,11 @@ from servesim.engine.registry import BACKENDS
 from servesim.engine.request_path import TOKENIZER_NS_PER_TOKEN, RequestPath, RequestPathCosts
 from servesim.errors import ServesimError
 from servesim.models import list_models
-from tests.support.runs import fixed_config, write_trace
-
-PATH = {"enabled": True, "http_ms": 1.0, "to_engine_ms": 0.5, "broadcast_ms": 2.0, "output_ms": 0.25,
-        "tokenizer_us_per_token": 10.0}
+from tests.support.runs import REQUEST_PATH, fixed_config, write_trace
 
 
-def _run(tmp_path, rows, client=None, request_path=PATH, **engine):
+
+def _run(tmp_path, rows, client=None, request_path=REQUEST_PATH, **engine):
     config = fixed_config(write_trace(tmp_path / "t.jsonl", rows), client=client, max_num_seqs=4)
     config["engine"]["workers"]["aggregated"]["scheduler"]["async_scheduling"] = False
     if request_path is not None:
@@ -70,12 +68,13 @@ def test_off_by_default_with_hand_set_step_times(tmp_path):
 
 def test_broadcast_only_beyond_one_rank():
     costs = RequestPathCosts(http_ms=1.0, to_engine_ms=0.5, broadcast_ms=2.0, output_ms=0.25)
-    one = RequestPath.build(costs, tp=1, tokenizer="hf-fast", tokenization_ms=None)
-    eight = RequestPath.build(costs, tp=8, tokenizer="hf-fast", tokenization_ms=None)
+    hf_fast = TOKENIZER_NS_PER_TOKEN["hf-fast"]
+    one = RequestPath.build(costs, tp=1, per_token_ns=hf_fast, tokenization_ms=None)
+    eight = RequestPath.build(costs, tp=8, per_token_ns=hf_fast, tokenization_ms=None)
     assert one.inbound_ns(1000) == 1_500_000 + 1000 * 1500    # HF fast tokenizer: 1.5 µs a token
     assert eight.inbound_ns(1000) - one.inbound_ns(1000) == 2_000_000
     assert one.outbound_ns == eight.outbound_ns == 250_000
-    assert RequestPath.build(None, tp=8, tokenizer="hf-fast", tokenization_ms=None) == RequestPath()
+    assert RequestPath.build(None, tp=8, per_token_ns=hf_fast, tokenization_ms=None) == RequestPath()
 
 
 def test_default_run_has_the_vllm_path():

@@ -132,11 +132,12 @@ def build_roles(spec: RunSpec, engines: RunEngines, finishes_are_quiet: bool, ru
             scheduler.finishes_are_quiet = finishes_are_quiet
             timing = build_timing_model(spec.config.engine.timing, deployment, backend.name, role.speculative, sched)
             late_follow = runs_commit_late and sched.overlap and scheduler.commits_follow_late
-            worker = Worker(f"{role_name}-{index}", scheduler, timing, sched.overlap, late_follow)
             # Under disaggregation a decode worker admits a handoff at its next pass, as with
             # async scheduling off, unless the run asks for vLLM 0.33's later admission.
-            worker.commit_at_pass_end = (role_name == "decode" and spec.transfer is not None
-                                         and spec.transfer.handoff_admission == "next_pass")
+            commit_at_pass_end = (role_name == "decode" and spec.transfer is not None
+                                  and spec.transfer.handoff_admission == "next_pass")
+            worker = Worker(f"{role_name}-{index}", scheduler, timing, sched.overlap, late_follow,
+                            commit_at_pass_end)
             worker.index = index
             worker.role = role_name
             workers.append(worker)

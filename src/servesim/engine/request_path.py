@@ -33,6 +33,10 @@ class RequestPathCosts:
     broadcast_ms: float     # rank 0 → every tensor-parallel rank (engines that broadcast requests), tp > 1
     output_ms: float        # engine → client for one token: output IPC, detokenization, the SSE write
 
+    def inbound_ms(self, gpus: int) -> float:
+        """HTTP, the hop to the engine and, for a worker of more than one GPU, the broadcast."""
+        return self.http_ms + self.to_engine_ms + (self.broadcast_ms if gpus > 1 else 0.0)
+
 
 @dataclass(frozen=True)
 class RequestPath:
@@ -55,24 +59,18 @@ class RequestPath:
         return self.handoff_fixed_ns + self.per_token_ns * input_length
 
     @classmethod
-    def build(cls, costs: RequestPathCosts | None, tp: int, tokenizer: str,
-              tokenization_ms: float | None) -> RequestPath:
+    def build(cls, costs: RequestPathCosts | None, tp: int, per_token_ns: int, tokenization_ms: float | None,
+              handoff_tp: int | None = None) -> RequestPath:
         """The path of one deployment; `costs` None: the path is off (only a given
-        `engine.tokenization_ms`, a fixed cost, remains)."""
+        `engine.tokenization_ms`, a fixed cost, remains). `handoff_tp`: the decode workers' GPUs
+        under a proxy that asks the decode server after the prefill server answered."""
         fixed_tokenization = 0 if tokenization_ms is None else round(tokenization_ms * 1e6)
         if costs is None:
             return cls(fixed_in_ns=fixed_tokenization)
-        fixed = costs.http_ms + costs.to_engine_ms + (costs.broadcast_ms if tp > 1 else 0.0)
-        per_token = TOKENIZER_NS_PER_TOKEN[tokenizer] if tokenization_ms is None else 0
-        return cls(fixed_in_ns=round(fixed * 1e6) + fixed_tokenization, per_token_ns=per_token,
-                   outbound_ns=round(costs.output_ms * 1e6))
-
-    def with_sequential_handoff(self, costs: RequestPathCosts | None, decode_tp: int) -> RequestPath:
-        """The path under a proxy that asks the decode server after the prefill server answered."""
-        if costs is None or not (self.fixed_in_ns or self.per_token_ns):
-            return self
-        again = costs.output_ms + costs.http_ms + costs.to_engine_ms + (costs.broadcast_ms if decode_tp > 1 else 0.0)
-        return RequestPath(self.fixed_in_ns, self.per_token_ns, self.outbound_ns, round(again * 1e6))
+        handoff = 0 if handoff_tp is None else round((costs.output_ms + costs.inbound_ms(handoff_tp)) * 1e6)
+        return cls(fixed_in_ns=round(costs.inbound_ms(tp) * 1e6) + fixed_tokenization,
+                   per_token_ns=per_token_ns if tokenization_ms is None else 0,
+                   outbound_ns=round(costs.output_ms * 1e6), handoff_fixed_ns=handoff)
 
 
 # Step-time models whose costs a user sets by hand: their runs are hand-checked, and the
@@ -86,13 +84,11 @@ def request_path_for(settings, engine_costs: RequestPathCosts | None, timing_kin
     """The run's request path from `engine.request_path` (its nulls: the engine's own costs)."""
     enabled = settings.enabled if settings.enabled is not None else timing_kind not in HAND_SET_TIMING
     if not enabled or engine_costs is None:
-        return RequestPath.build(None, tp, tokenizer, tokenization_ms)
+        return RequestPath.build(None, tp, 0, tokenization_ms)
     costs = RequestPathCosts(**{name: (getattr(settings, name) if getattr(settings, name) is not None
                                        else getattr(engine_costs, name))
                                 for name in ("http_ms", "to_engine_ms", "broadcast_ms", "output_ms")})
-    path = RequestPath.build(costs, tp, tokenizer, tokenization_ms)
-    if settings.tokenizer_us_per_token is not None and tokenization_ms is None:
-        path = RequestPath(path.fixed_in_ns, round(settings.tokenizer_us_per_token * 1e3), path.outbound_ns)
-    if decode_tp is not None and sequential_handoff:
-        path = path.with_sequential_handoff(costs, decode_tp)
-    return path
+    per_token = (TOKENIZER_NS_PER_TOKEN[tokenizer] if settings.tokenizer_us_per_token is None
+                 else round(settings.tokenizer_us_per_token * 1e3))
+    return RequestPath.build(costs, tp, per_token, tokenization_ms,
+                             handoff_tp=decode_tp if sequential_handoff else None)

@@ -42,6 +42,7 @@ class Worker:
         timing: TimingModel,
         async_scheduling: bool,
         late_follow: bool = False,
+        commit_at_pass_end: bool = False,
     ) -> None:
         self.name = name
         self.role = name.rsplit("-", 1)[0]
@@ -70,7 +71,7 @@ class Worker:
         # A decode worker under disaggregation admits a handoff at its next pass, as with
         # async scheduling off (docs/modeling/disaggregation.md): under async scheduling it
         # commits each follow-up pass at the end of the pass before it, not as that one starts.
-        self.commit_at_pass_end = False
+        self.commit_at_pass_end = commit_at_pass_end
 
     def attach(self, events: EventSink) -> None:
         self.events = events
