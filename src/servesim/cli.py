@@ -219,6 +219,27 @@ def models() -> None:
 
 
 @app.command()
+def deploy(
+    config: Annotated[Optional[Path], typer.Argument(help="YAML config; omit for the embedded default.")] = None,
+    out: Annotated[Path, typer.Option("--out", help="Write the launch scripts, benchmark.sh, plan.json and "
+                                      "README.md into this folder.")] = Path("deploy"),
+    set_: Annotated[Optional[list[str]], typer.Option("--set", help="Override a config field: "
+                                                      "dotted.key=YAML_VALUE (repeatable).")] = None,
+    model_path: Annotated[Optional[str], typer.Option("--model-path", help="The checkpoint the servers load "
+                                                      "(default: the catalogue's first Hugging Face id).")] = None,
+    served_model_name: Annotated[Optional[str], typer.Option("--served-model-name", help="The model name "
+                                                             "clients send (default: servesim's name).")] = None,
+) -> None:
+    """Write each role's engine launch command and the benchmark that measures the simulated workload."""
+    from servesim.deploy.command import deploy as write_deploy
+
+    try:
+        write_deploy(config, out, set_, model_path, served_model_name)
+    except ServesimError as err:
+        _fail(str(err))
+
+
+@app.command()
 def gpus() -> None:
     """List the built-in GPUs: dense TFLOPS, HBM, NVLink and network bandwidth."""
     from rich.console import Console

@@ -135,6 +135,9 @@ class Backend:
     # Disaggregated serving: its proxy asks the decode server only once the prefill server has
     # answered (vLLM's toy proxy, trtllm-serve disaggregated), or both at once (SGLang's mini_lb).
     pd_proxy_sequential: bool = True
+    # Its server's command line for one role (engine/launch.py: RoleLaunch → LaunchCommand;
+    # None: `servesim deploy` cannot write one).
+    launch: Callable[[Any], Any] | None = None
 
     @property
     def newest_version(self) -> str:

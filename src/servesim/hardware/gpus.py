@@ -29,6 +29,7 @@ class GpuSpec:
     nvlink_gb_s: float        # per GPU, both directions together
     nvlink_domain: int        # GPUs one NVLink domain connects
     network_gb_s: float       # scale-out NIC per GPU, GB/s
+    gpus_per_host: int = 8    # GPUs one server (one Kubernetes node) holds: HGX 8, an NVL72 compute tray 4
 
     def tflops(self, dtype: str) -> float:
         """Peak dense tensor TFLOPS for GEMMs in `dtype`.
@@ -73,12 +74,12 @@ _GPUS = (
     # i.e. per GPU dense FP4 10,000, FP8 5,000, BF16 2,500 TFLOPS; NVLink 5 1.8 TB/s in a 72-GPU domain;
     # ConnectX-7 400 Gb/s per GPU (DGX GB200 user guide; aiconfigurator-core lists 800 Gb/s).
     GpuSpec("gb200", ("gb200-nvl72",), "NVIDIA GB200", 186, 184.3, 8.0,
-            2500, 5000, 10000, 1800, 72, 50),
+            2500, 5000, 10000, 1800, 72, 50, gpus_per_host=4),   # 18 compute trays of 4 GPUs
     # GB300 (per Blackwell Ultra GPU of a GB300 NVL72). NVIDIA GB300 NVL72 spec: 72 GPUs, 20 TB HBM3e
     # (288 GB each) at 8 TB/s each; dense FP4 1,080 PF for the rack (15,000 per GPU), FP8 5,000, BF16 2,500;
     # NVLink 5 1.8 TB/s, 72-GPU domain; ConnectX-8 800 Gb/s per GPU (100 GB/s).
     GpuSpec("gb300", ("gb300-nvl72",), "NVIDIA GB300", 288, 276.5, 8.0,
-            2500, 5000, 15000, 1800, 72, 100),
+            2500, 5000, 15000, 1800, 72, 100, gpus_per_host=4),
 )
 
 

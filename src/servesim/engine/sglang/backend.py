@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from servesim.engine.sglang.launch import sglang_launch
 from servesim.engine.backend import Backend, carry_as, carry_as_not
 from servesim.engine.sglang.config import SglangSchedulerConfig
 from servesim.engine.sglang.defaults import resolve_scheduler
@@ -78,4 +79,5 @@ SGLANG = Backend(
     request_path=RequestPathCosts(http_ms=0.5, to_engine_ms=0.2, broadcast_ms=0.5, output_ms=0.4),
     timing_profile="sglang",
     aic_backend="sglang",
+    launch=sglang_launch,
 )

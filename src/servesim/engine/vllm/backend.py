@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from servesim.engine.vllm.launch import vllm_launch
 from servesim.engine.backend import Backend, carry_as
 from servesim.engine.vllm.config import VllmSchedulerConfig
 from servesim.engine.vllm.defaults import resolve_scheduler
@@ -87,4 +88,5 @@ VLLM = Backend(
     prefill_graph_tokens=lambda sched: sched.max_cudagraph_capture_size,
     timing_profile="vllm",
     aic_backend="vllm",
+    launch=vllm_launch,
 )

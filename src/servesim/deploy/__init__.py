@@ -1,0 +1,1 @@
+"""`servesim deploy`: launch commands and the benchmark for a simulated deployment."""

@@ -1,0 +1,134 @@
+"""The benchmark that measures the simulated workload on the deployed servers.
+
+Synthetic workloads become `vllm bench serve` (vLLM 0.32 vllm/benchmarks/serve.py) with its
+`random` dataset: servesim's length ranges are the dataset's sampling intervals
+[floor(L·(1−r)), ceil(L·(1+r))] (cli_shorthands.random_lengths, the inverse of what
+`servesim run --random-*` does), and the client is the one `servesim run` modelled: a closed
+loop of C users is `--max-concurrency C` at an infinite rate, Poisson is a rate with
+burstiness 1. Its `--save-result --save-detailed` file is what `servesim validate` reads.
+A workload the tool cannot send as servesim replays it gets no command, and the reason.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from servesim.cli_shorthands import random_lengths
+from servesim.engine.launch import json_or_str
+
+RESULT_FILE = "result.json"
+
+
+@dataclass(frozen=True)
+class BenchmarkCommand:
+    argv: tuple[str, ...] | None    # None: no tool sends this workload as servesim replays it
+    notes: tuple[str, ...]
+
+
+def benchmark_command(config, base_url: str, served_model_name: str, tokenizer: str) -> BenchmarkCommand:
+    workload = config.workload
+    synthetic = workload.synthetic
+    if synthetic is None or synthetic.lengths_from is not None:
+        return BenchmarkCommand(None, ("the workload replays a trace or resamples a file's lengths; `vllm bench "
+                                       "serve`'s random dataset cannot send it as servesim replays it",))
+    lengths = _random_flags(synthetic)
+    if lengths is None:
+        return BenchmarkCommand(None, ("the input and output length ranges are not one `--random-range-ratio` "
+                                       "apart from their centres, as vLLM's random dataset draws them",))
+    argv = ["vllm", "bench", "serve", "--backend", "openai", "--base-url", base_url, "--endpoint",
+            "/v1/completions", "--model", served_model_name, "--tokenizer", tokenizer, "--dataset-name", "random",
+            *lengths, "--num-prompts", str(synthetic.num_requests), "--ignore-eos"]
+    notes = []
+    client_flags = _client_flags(workload.client)
+    if client_flags is None:
+        return BenchmarkCommand(None, (f"the {workload.client.mode} client has no `vllm bench serve` "
+                                       "counterpart",))
+    argv += client_flags
+    if workload.warmup_requests:
+        argv += ["--num-warmups", str(workload.warmup_requests)]
+    argv += _goodput(config.slo)
+    argv += ["--seed", str(config.seed), "--percentile-metrics", "ttft,tpot,itl,e2el",
+             "--metric-percentiles", "50,90,95,99", "--save-result", "--save-detailed",
+             "--result-filename", RESULT_FILE]
+    if synthetic.seed is not None:
+        notes.append("servesim's synthetic seed draws its own lengths; vLLM's --seed draws others from the "
+                     "same distribution")
+    return BenchmarkCommand(tuple(argv), tuple(notes))
+
+
+def _random_flags(synthetic) -> list[str] | None:
+    """--random-input-len/--random-output-len/--random-range-ratio giving servesim's ranges, or None."""
+    ranges = [_bounds(synthetic.input_length), _bounds(synthetic.output_length)]
+    ratio = _common_ratio(ranges)
+    if ratio is None:
+        return None
+    centres = [_centre(low, high, ratio) for low, high in ranges]
+    if None in centres:
+        return None
+    flags = ["--random-input-len", str(centres[0]), "--random-output-len", str(centres[1])]
+    if ratio:
+        flags += ["--random-range-ratio", json_or_str(ratio)]
+    if synthetic.prefix_length:
+        flags += ["--random-prefix-len", str(synthetic.prefix_length)]
+    return flags
+
+
+def _bounds(length) -> tuple[int, int]:
+    return (length, length) if isinstance(length, int) else (length.min, length.max)
+
+
+def _common_ratio(ranges: list[tuple[int, int]]) -> float | None:
+    """The one ratio r whose intervals are both ranges (fixed lengths: 0)."""
+    candidates = {0.0} if all(low == high for low, high in ranges) else {
+        round((high - low) / (high + low), 6) for low, high in ranges if low != high}
+    for ratio in sorted(candidates):
+        if all(_centre(low, high, ratio) is not None for low, high in ranges):
+            return ratio
+    return None
+
+
+def _centre(low: int, high: int, ratio: float) -> int | None:
+    guess = round((low + high) / 2)
+    for length in (guess - 1, guess, guess + 1):
+        drawn = random_lengths(length, ratio, 1)
+        if _bounds(drawn if isinstance(drawn, int) else _Range(drawn)) == (low, high):
+            return length
+    return None
+
+
+@dataclass(frozen=True)
+class _Range:
+    spec: dict
+
+    @property
+    def min(self) -> int:
+        return self.spec["min"]
+
+    @property
+    def max(self) -> int:
+        return self.spec["max"]
+
+
+def _client_flags(client) -> list[str] | None:
+    mode = client.mode
+    if mode == "closed_loop":
+        return ["--request-rate", "inf", "--max-concurrency", str(client.concurrency)]
+    if mode == "poisson":
+        return ["--request-rate", json_or_str(client.rate), "--burstiness", "1.0"]
+    if mode == "open_loop":
+        return ["--request-rate", "inf"]   # a synthetic workload's open loop sends everything at 0
+    if mode == "bench":
+        flags = ["--request-rate", str(client.request_rate), "--burstiness", str(client.burstiness)]
+        if client.max_concurrency is not None:
+            flags += ["--max-concurrency", str(client.max_concurrency)]
+        if client.ramp_up_strategy is not None:
+            flags += ["--ramp-up-strategy", client.ramp_up_strategy, "--ramp-up-start-rps",
+                      str(client.ramp_up_start_rps), "--ramp-up-end-rps", str(client.ramp_up_end_rps)]
+        return flags
+    return None
+
+
+def _goodput(slo) -> list[str]:
+    parts = [f"{name}:{json_or_str(value)}" for name, value in
+             (("ttft", slo.ttft_ms), ("tpot", slo.tpot_ms), ("e2el", slo.e2e_ms)) if value is not None]
+    return ["--goodput", *parts] if parts else []

@@ -1,0 +1,110 @@
+"""The deploy folder: a launch script per role, the benchmark script, plan.json and a README.
+
+Everything is staged and swapped in whole (metrics/output.AtomicFiles), as `servesim run
+--out` does: a refused config writes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+
+from servesim.deploy.plan import FRONT_PORT, DeployPlan, RolePlan
+from servesim.metrics.output import AtomicFiles
+
+_SCRIPT_HEAD = "#!/usr/bin/env bash\n# Written by servesim deploy from {source}.\nset -euo pipefail\n"
+
+
+def write_deploy_folder(plan: DeployPlan, out: Path, files: AtomicFiles) -> list[str]:
+    """Write the folder; returns the names written, in order."""
+    files.stage_folder(out)
+    written: dict[str, str] = {}
+    for role in plan.roles:
+        written[f"launch_{role.spec.name}.sh"] = _launch_script(plan, role)
+        for name, text in role.command.files:
+            written[name] = text
+    if plan.benchmark.argv is not None:
+        written["benchmark.sh"] = _script(plan, [_command_line(plan.benchmark.argv)])
+    written["plan.json"] = json.dumps(plan_json(plan), indent=2) + "\n"
+    written["README.md"] = readme(plan)
+    for name, text in written.items():
+        path = files.path_for(out / name)
+        path.write_text(text, encoding="utf-8")
+        if name.endswith(".sh"):
+            path.chmod(0o755)
+    return list(written)
+
+
+def plan_json(plan: DeployPlan) -> dict:
+    return {
+        "engine": plan.run.backend.name, "engine_version": plan.run.engine_version,
+        "model_path": plan.model_path, "served_model_name": plan.served_model_name,
+        "roles": [{"role": r.spec.name, "replicas": r.spec.count, "gpus_per_replica": r.launch.gpus,
+                   "nodes_per_replica": r.launch.nodes, "image": r.command.image, "port": r.launch.port,
+                   "argv": list(r.command.argv), "env": dict(r.command.env),
+                   **({"follower_argv": list(r.command.follower_argv)} if r.command.follower_argv else {})}
+                  for r in plan.roles],
+        "benchmark": None if plan.benchmark.argv is None else list(plan.benchmark.argv),
+    }
+
+
+def _launch_script(plan: DeployPlan, role: RolePlan) -> str:
+    lines = [f"# {role.spec.name}: {role.spec.count} replica(s) of {role.launch.gpus} GPU(s); run this on each."]
+    lines += [f"export {key}={shlex.quote(value)}" for key, value in role.command.env]
+    if role.command.follower_argv is not None:
+        lines += [f"# This worker spans {role.launch.nodes} nodes: run it on the first with NODE_RANK=0 and "
+                  "LEADER_ADDRESS its address, then on the others with their NODE_RANK.",
+                  'if [ "${NODE_RANK:-0}" = "0" ]; then',
+                  "  " + _command_line(role.command.argv),
+                  "else",
+                  "  " + _command_line(role.command.follower_argv),
+                  "fi"]
+    else:
+        lines.append(_command_line(role.command.argv))
+    return _script(plan, lines)
+
+
+def _script(plan: DeployPlan, lines: list[str]) -> str:
+    return _SCRIPT_HEAD.format(source=plan.run.source) + "\n".join(lines) + "\n"
+
+
+def _command_line(argv) -> str:
+    """One flag and its value a line; $VARIABLES stay unquoted so the shell fills them in."""
+    words = [arg if arg.startswith("$") else shlex.quote(arg) for arg in argv]
+    lines = [words[0]]
+    for word in words[1:]:
+        if word.startswith("--"):
+            lines.append(word)
+        else:
+            lines[-1] += " " + word
+    return " \\\n    ".join(lines)
+
+
+def readme(plan: DeployPlan) -> str:
+    run = plan.run
+    lines = [f"# {run.backend.label} {run.engine_version} deployment of {plan.model_path}", "",
+             f"Written by `servesim deploy` from {run.source}. Each script starts one replica of its role with "
+             "the settings the simulation used; `plan.json` holds the same commands.", "", "## Roles", ""]
+    for role in plan.roles:
+        lines.append(f"- `launch_{role.spec.name}.sh`: {role.spec.count} × {role.launch.gpus} {run.gpu.name} "
+                     f"GPU(s) (tp {role.launch.tp}, attention dp {role.launch.attention_dp}, ep {role.launch.ep}), "
+                     f"image `{role.command.image}`, port {role.launch.port}, health check `{role.command.health_path}`")
+    if run.disaggregated:
+        lines += ["", f"Clients talk to a P/D proxy on port {FRONT_PORT} that sends each request to a prefill "
+                  "server, then to a decode server."]
+    notes = [(role.spec.name, setting, why) for role in plan.roles for setting, why in role.command.notes]
+    if notes:
+        lines += ["", "## Settings to check", ""]
+        lines += [f"- {name}, {setting}: {why}" for name, setting, why in notes]
+    lines += ["", "## Settings servesim does not model", "",
+              "Every other server setting is left at the engine's default (CUDA-graph sizes below the capture "
+              "limit, attention backends, kernels, logging, sampling defaults)."]
+    lines += ["", "## Measure it", ""]
+    if plan.benchmark.argv is None:
+        lines += [f"No benchmark command: {plan.benchmark.notes[0]}."]
+    else:
+        lines += ["`benchmark.sh` sends the simulated workload and saves `result.json`; compare it with the "
+                  "simulation:", "", "```", f"servesim validate result.json --config {run.source}", "```"]
+        lines += [f"- {note}" for note in plan.benchmark.notes]
+    return "\n".join(lines) + "\n"

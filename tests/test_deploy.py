@@ -1,0 +1,247 @@
+"""`servesim deploy`: each engine's launch command, the benchmark command, and the folder.
+
+Golden files (tests/data/deploy/<case>.json, plan.json's content) pin every argument; the
+tests below also derive the flags that come from arithmetic. Regenerate the golden files
+after a deliberate change with SERVESIM_REGOLD=1.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from servesim.config.loading import load_config
+from servesim.deploy.benchmark import benchmark_command
+from servesim.deploy.plan import deploy_plan
+from servesim.deploy.writer import plan_json
+from servesim.errors import ServesimError
+from tests.support.cli import servesim_cli
+
+GOLDEN = Path(__file__).parent / "data" / "deploy"
+CLOSED_1K = {"synthetic": {"num_requests": 200, "input_length": 1024, "output_length": 1024},
+             "client": {"mode": "closed_loop", "concurrency": 64}}
+
+CASES = {
+    # Llama-3.1-8B on one H100: everything resolved from vLLM 0.32's defaults.
+    "vllm_aggregated": {"model": "llama-3.1-8b", "gpu": "h100-sxm", "workload": CLOSED_1K},
+    # P/D on vLLM, the decode pool's KV blocks pinned, fp8 weights from a bf16 checkpoint.
+    "vllm_pd": {"model": "llama-3.1-70b", "gpu": "h200", "precision": "fp8", "kv_cache_dtype": "fp8",
+                "engine": {"workers": {"prefill": {"count": 2, "tp": 2},
+                                       "decode": {"tp": 4, "scheduler": {"num_gpu_blocks": 20000,
+                                                                         "async_scheduling": False}}}},
+                "workload": CLOSED_1K},
+    # DeepSeek-R1 with DP attention and wide EP, MTP drafts, across two 8-GPU nodes.
+    "vllm_dp_ep_mtp": {"model": "deepseek-r1", "gpu": "h200",
+                       "engine": {"workers": {"aggregated": {"tp": 1, "attention_dp": 16, "ep": 16,
+                                                             "gpus_per_node": 16,
+                                                             "speculative": {"method": "mtp",
+                                                                             "num_speculative_tokens": 1,
+                                                                             "acceptance_rate": 0.8}}}},
+                       "workload": CLOSED_1K},
+    # SGLang P/D with DP attention on the decode side, ranged lengths (range ratio 0.1).
+    "sglang_pd_dp": {"model": "deepseek-r1", "gpu": "h200",
+                     "engine": {"backend": "sglang",
+                                "workers": {"prefill": {"count": 2, "tp": 8, "ep": 8},
+                                            "decode": {"tp": 2, "attention_dp": 8, "ep": 16,
+                                                       "gpus_per_node": 16}}},
+                     "workload": {"synthetic": {"num_requests": 200,
+                                                "input_length": {"min": 900, "max": 1100},
+                                                "output_length": {"min": 900, "max": 1100}},
+                                  "client": {"mode": "bench", "request_rate": 8.0, "max_concurrency": 128}}},
+    # SGLang aggregated with a pinned pool, a new-token-ratio schedule off the flag's line, EAGLE.
+    "sglang_eagle": {"model": "llama-3.1-8b", "gpu": "h100-sxm",
+                     "engine": {"backend": "sglang",
+                                "workers": {"aggregated": {"scheduler": {"max_total_tokens": 200000,
+                                                                         "init_new_token_ratio": 0.5,
+                                                                         "schedule_policy": "lpm"},
+                                                           "speculative": {"method": "eagle",
+                                                                           "num_speculative_tokens": 3,
+                                                                           "acceptance_rate": 0.7}}}},
+                     "workload": {"synthetic": {"num_requests": 100, "input_length": 2048, "output_length": 256},
+                                  "client": {"mode": "poisson", "rate": 4.0}}},
+}
+
+
+def _plan(config: dict):
+    return deploy_plan(load_config(config))
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_plan_matches_its_golden_file(case):
+    got = plan_json(_plan(CASES[case]))
+    path = GOLDEN / f"{case}.json"
+    if os.environ.get("SERVESIM_REGOLD"):
+        path.write_text(json.dumps(got, indent=2) + "\n")
+    assert got == json.loads(path.read_text())
+
+
+def _flags(argv) -> dict:
+    """--flag value pairs (a flag without a value maps to True)."""
+    out, i = {}, 0
+    while i < len(argv):
+        if argv[i].startswith("--"):
+            has_value = i + 1 < len(argv) and not argv[i + 1].startswith("--")
+            out[argv[i]] = argv[i + 1] if has_value else True
+            i += 2 if has_value else 1
+        else:
+            i += 1
+    return out
+
+
+def test_vllm_flags_carry_the_resolved_scheduler():
+    plan = _plan(CASES["vllm_aggregated"])
+    role = plan.roles[0]
+    flags = _flags(role.command.argv)
+    sched = role.spec.scheduler
+    assert role.command.argv[:3] == ("vllm", "serve", "meta-llama/Llama-3.1-8B")
+    assert flags["--max-num-seqs"] == str(sched.max_num_seqs)
+    assert flags["--max-num-batched-tokens"] == "8192"   # vLLM 0.32's default on an H100 (< 70 GiB... no: 80 GB)
+    # The capture size: min(max_num_seqs × (1 + 0 drafts) × 2, 512, budget) = min(2048, 512, 8192) = 512.
+    assert flags["--max-cudagraph-capture-size"] == "512"
+    assert flags["--gpu-memory-utilization"] == "0.9" and "--num-gpu-blocks-override" not in flags
+    assert flags["--enable-prefix-caching"] is True and flags["--async-scheduling"] is True
+    assert "--kv-transfer-config" not in flags and "--quantization" not in flags
+    assert role.command.image == "vllm/vllm-openai:v0.32.0"
+    assert any(setting == "KV cache size" and f"{sched.num_gpu_blocks} blocks" in why
+               for setting, why in role.command.notes)
+
+
+def test_vllm_pd_flags():
+    plan = _plan(CASES["vllm_pd"])
+    prefill, decode = plan.roles
+    pf, df = _flags(prefill.command.argv), _flags(decode.command.argv)
+    assert (pf["--port"], df["--port"]) == ("8100", "8200")
+    assert pf["--tensor-parallel-size"] == "2" and df["--tensor-parallel-size"] == "4"
+    assert pf["--quantization"] == "fp8" and df["--kv-cache-dtype"] == "fp8"
+    # The user pinned the decode pool: the override, not the memory fraction.
+    assert df["--num-gpu-blocks-override"] == "20000" and "--gpu-memory-utilization" not in df
+    assert "--gpu-memory-utilization" in pf
+    assert df["--no-async-scheduling"] is True
+    assert json.loads(pf["--kv-transfer-config"]) == {"kv_connector": "NixlConnector", "kv_role": "kv_both"}
+
+
+def test_vllm_wide_ep_spans_nodes_with_a_headless_follower():
+    role = _plan(CASES["vllm_dp_ep_mtp"]).roles[0]
+    flags = _flags(role.command.argv)
+    # 1 × 16 DP ranks = 16 GPUs over 8-GPU nodes: 2 nodes.
+    assert flags["--data-parallel-size"] == "16" and flags["--enable-expert-parallel"] is True
+    # Each 8-GPU host holds 8 one-GPU ranks; the second host starts at rank 8 ($START_RANK), headless.
+    assert flags["--data-parallel-size-local"] == "8" and flags["--data-parallel-address"] == "$LEADER_ADDRESS"
+    follower = _flags(role.command.follower_argv)
+    assert follower["--data-parallel-start-rank"] == "$START_RANK" and follower["--headless"] is True
+    assert "--nnodes" not in flags
+    assert json.loads(flags["--speculative-config"]) == {"method": "mtp", "num_speculative_tokens": 1}
+    # max_num_seqs × (1 + 1 draft) × 2, capped at 512 (and at the budget).
+    sched = role.spec.scheduler
+    assert flags["--max-cudagraph-capture-size"] == str(min(sched.max_num_seqs * 4, 512,
+                                                              sched.max_num_batched_tokens))
+
+
+def test_vllm_tensor_parallelism_over_hosts_uses_node_ranks():
+    config = {"model": "llama-3.1-405b", "gpu": "h100-sxm",
+              "engine": {"workers": {"aggregated": {"tp": 16, "gpus_per_node": 16}}}, "workload": CLOSED_1K}
+    role = _plan(config).roles[0]
+    flags, follower = _flags(role.command.argv), _flags(role.command.follower_argv)
+    # tp 16 over 8-GPU hosts: 2 nodes, the same command with node rank 0 and $NODE_RANK.
+    assert (flags["--nnodes"], flags["--node-rank"], follower["--node-rank"]) == ("2", "0", "$NODE_RANK")
+    assert follower["--headless"] is True
+
+
+def test_sglang_pd_with_dp_attention():
+    plan = _plan(CASES["sglang_pd_dp"])
+    prefill, decode = plan.roles
+    pf, df = _flags(prefill.command.argv), _flags(decode.command.argv)
+    # SGLang's --tp-size counts the server's GPUs: tp 2 × 8 attention ranks = 16.
+    assert df["--tp-size"] == "16" and df["--dp-size"] == "8" and df["--enable-dp-attention"] is True
+    assert df["--ep-size"] == "16" and pf["--tp-size"] == "8" and "--dp-size" not in pf
+    assert (pf["--disaggregation-mode"], df["--disaggregation-mode"]) == ("prefill", "decode")
+    assert df["--num-reserved-decode-tokens"] == "512" and "--num-reserved-decode-tokens" not in pf
+    assert "--disable-radix-cache" not in df   # the decode server's chunk cache is SGLang's own rule
+    assert prefill.command.image == "lmsysorg/sglang:v0.5.9"
+
+
+def test_sglang_ratio_schedule_and_eagle():
+    role = _plan(CASES["sglang_eagle"]).roles[0]
+    flags, env = _flags(role.command.argv), dict(role.command.env)
+    assert flags["--max-total-tokens"] == "200000" and "--mem-fraction-static" not in flags
+    assert flags["--schedule-policy"] == "lpm"
+    # init 0.5 with min 0.098 and decay 0.0010033 kept: not 0.14 × init, so SGLang's variables.
+    # decay steps = (0.5 - 0.098) / 0.0010033 = 400.7 -> 401.
+    assert env == {"SGLANG_INIT_NEW_TOKEN_RATIO": "0.5", "SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR": "0.196",
+                   "SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS": "401"}
+    assert (flags["--speculative-algorithm"], flags["--speculative-num-steps"],
+            flags["--speculative-num-draft-tokens"]) == ("EAGLE", "3", "4")
+
+
+def test_sglang_conservativeness_is_one_flag():
+    # init 0.35 = 0.7 × 0.5, min 0.049 = 0.14 × 0.35, decay (0.35 - 0.049) / 600 = 0.000501667.
+    config = {"engine": {"backend": "sglang", "workers": {"aggregated": {"scheduler": {
+        "init_new_token_ratio": 0.35, "min_new_token_ratio": 0.049, "new_token_ratio_decay": 0.000501667}}}},
+        "workload": CLOSED_1K}
+    role = _plan(config).roles[0]
+    assert _flags(role.command.argv)["--schedule-conservativeness"] == "0.5" and role.command.env == ()
+
+
+def test_benchmark_inverts_the_random_dataset():
+    bench = _plan(CASES["sglang_pd_dp"]).benchmark
+    flags = _flags(bench.argv)
+    # [900, 1100] = [floor(1000 × 0.9), ceil(1000 × 1.1)]: length 1000, ratio 0.1, for both.
+    assert (flags["--random-input-len"], flags["--random-output-len"], flags["--random-range-ratio"]) == \
+        ("1000", "1000", "0.1")
+    assert (flags["--request-rate"], flags["--burstiness"], flags["--max-concurrency"]) == ("8.0", "1.0", "128")
+    assert flags["--save-detailed"] is True and flags["--result-filename"] == "result.json"
+    closed = _flags(_plan(CASES["vllm_aggregated"]).benchmark.argv)
+    assert (closed["--request-rate"], closed["--max-concurrency"], closed["--num-prompts"]) == ("inf", "64", "200")
+    assert "--random-range-ratio" not in closed
+
+
+@pytest.mark.parametrize("lengths,why", [
+    ({"input_length": {"min": 900, "max": 1100}, "output_length": {"min": 100, "max": 300}}, "range-ratio"),
+    ({"lengths_from": "x.csv", "lengths_format": "azure"}, "trace"),
+])
+def test_benchmark_refuses_what_the_random_dataset_cannot_send(lengths, why):
+    config = load_config({"workload": {"synthetic": {"num_requests": 10, **lengths},
+                                       "client": {"mode": "closed_loop", "concurrency": 2}}}).config
+    bench = benchmark_command(config, "http://x", "m", "m")
+    assert bench.argv is None and why in bench.notes[0]
+
+
+@pytest.mark.parametrize("config,message", [
+    ({"model": "deepseek-r1", "gpu": "h200", "engine": {"workers": {"aggregated": {"tp": 8, "ep": 4}}},
+      "workload": CLOSED_1K}, "ep 4 is not tp × attention_dp (8)"),
+    ({"model": "llama-3.1-8b", "engine": {"backend": "sglang", "workers": {
+        "prefill": {}, "decode": {"scheduler": {"disable_radix_cache": False}}}}, "workload": CLOSED_1K},
+     "disable_radix_cache: false on a decode worker"),
+])
+def test_settings_the_engine_version_cannot_take_are_refused(config, message):
+    with pytest.raises(ServesimError, match="0.32.0|0.5.9") as err:
+        _plan(config)
+    assert message in str(err.value)
+
+
+def test_deploy_cli_writes_the_folder(tmp_path):
+    config = tmp_path / "c.yaml"
+    config.write_text(json.dumps(CASES["vllm_pd"]))
+    out = tmp_path / "out"
+    proc = servesim_cli("deploy", str(config), "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    names = sorted(p.name for p in out.iterdir() if not p.name.startswith("."))
+    assert names == ["README.md", "benchmark.sh", "launch_decode.sh", "launch_prefill.sh", "plan.json"]
+    script = (out / "launch_decode.sh").read_text()
+    assert script.startswith("#!/usr/bin/env bash") and "    --num-gpu-blocks-override 20000 \\\n" in script
+    assert os.access(out / "benchmark.sh", os.X_OK)
+    assert json.loads((out / "plan.json").read_text()) == plan_json(_plan(CASES["vllm_pd"]))
+    assert "servesim validate result.json" in (out / "README.md").read_text()
+
+
+def test_deploy_cli_refusal_writes_nothing(tmp_path):
+    config = tmp_path / "c.yaml"
+    config.write_text(json.dumps({"model": "deepseek-r1", "gpu": "h200", "engine": {"workers": {
+        "aggregated": {"tp": 8, "ep": 4}}}, "workload": CLOSED_1K}))
+    out = tmp_path / "out"
+    proc = servesim_cli("deploy", str(config), "--out", str(out))
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+    assert not out.exists()
