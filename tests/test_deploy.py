@@ -12,9 +12,11 @@ import os
 from pathlib import Path
 
 import pytest
+import yaml
 
 from servesim.config.loading import load_config
 from servesim.deploy.benchmark import benchmark_command
+from servesim.deploy.manifests import manifests
 from servesim.deploy.plan import deploy_plan
 from servesim.deploy.writer import plan_json
 from servesim.errors import ServesimError
@@ -62,6 +64,16 @@ CASES = {
                                                                            "acceptance_rate": 0.7}}}},
                      "workload": {"synthetic": {"num_requests": 100, "input_length": 2048, "output_length": 256},
                                   "client": {"mode": "poisson", "rate": 4.0}}},
+    # TensorRT-LLM P/D: batch waiting on the prefill side, attention DP and MTP on the decode side.
+    "trtllm_pd_mtp": {"model": "deepseek-r1", "gpu": "b200", "kv_cache_dtype": "fp8",
+                      "engine": {"backend": "trtllm", "workers": {
+                          "prefill": {"count": 2, "tp": 4, "ep": 4,
+                                      "scheduler": {"batch_wait_timeout_iters": 20,
+                                                    "batch_wait_max_tokens_ratio": 0.9}},
+                          "decode": {"tp": 1, "attention_dp": 8, "ep": 8,
+                                     "speculative": {"method": "mtp", "num_speculative_tokens": 2,
+                                                     "acceptance_rate": 0.7}}}},
+                      "workload": CLOSED_1K},
 }
 
 
@@ -229,7 +241,8 @@ def test_deploy_cli_writes_the_folder(tmp_path):
     proc = servesim_cli("deploy", str(config), "--out", str(out))
     assert proc.returncode == 0, proc.stderr
     names = sorted(p.name for p in out.iterdir() if not p.name.startswith("."))
-    assert names == ["README.md", "benchmark.sh", "launch_decode.sh", "launch_prefill.sh", "plan.json"]
+    assert names == ["README.md", "benchmark.sh", "k8s.yaml", "launch_decode.sh", "launch_front.sh",
+                     "launch_prefill.sh", "plan.json"]
     script = (out / "launch_decode.sh").read_text()
     assert script.startswith("#!/usr/bin/env bash") and "    --num-gpu-blocks-override 20000 \\\n" in script
     assert os.access(out / "benchmark.sh", os.X_OK)
@@ -245,3 +258,68 @@ def test_deploy_cli_refusal_writes_nothing(tmp_path):
     proc = servesim_cli("deploy", str(config), "--out", str(out))
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
     assert not out.exists()
+
+
+def test_trtllm_command_and_its_llm_api_yaml():
+    plan = _plan(CASES["trtllm_pd_mtp"])
+    prefill, decode = plan.roles
+    pf, df = _flags(prefill.command.argv), _flags(decode.command.argv)
+    # Attention DP: every one of the 8 ranks attends alone, so --tp_size is 1 × 8.
+    assert (pf["--tp_size"], pf["--ep_size"], df["--tp_size"], df["--ep_size"]) == ("4", "4", "8", "8")
+    assert df["--extra_llm_api_options"] == "extra_llm_api_options_decode.yaml"
+    extra = yaml.safe_load(dict(decode.command.files)["extra_llm_api_options_decode.yaml"])
+    assert extra["enable_attention_dp"] is True and extra["kv_cache_config"]["dtype"] == "fp8"
+    assert extra["speculative_config"] == {"decoding_type": "MTP", "num_nextn_predict_layers": 2}
+    assert extra["cache_transceiver_config"] == {"backend": "DEFAULT"}
+    # The YAML replaces trtllm-serve's kv_cache_config whole: it repeats the memory fraction.
+    assert extra["kv_cache_config"]["free_gpu_memory_fraction"] == float(df["--kv_cache_free_gpu_memory_fraction"])
+    pextra = yaml.safe_load(dict(prefill.command.files)["extra_llm_api_options_prefill.yaml"])
+    assert (pextra["batch_wait_timeout_iters"], pextra["batch_wait_max_tokens_ratio"]) == (20, 0.9)
+    assert "enable_attention_dp" not in pextra and "speculative_config" not in pextra
+    assert prefill.command.image == "nvcr.io/nvidia/tensorrt-llm/release:1.2.0rc2"
+    front = yaml.safe_load(dict(plan.front.files)["disagg_config.yaml"])
+    assert front["context_servers"]["urls"] == ["deepseek-r1-prefill:8100"]
+    assert plan.front.argv == ("trtllm-serve", "disaggregated", "-c", "disagg_config.yaml")
+
+
+def test_trtllm_refuses_attention_tp_under_attention_dp():
+    config = {"model": "deepseek-r1", "gpu": "b200", "engine": {"backend": "trtllm", "workers": {
+        "aggregated": {"tp": 2, "attention_dp": 4, "ep": 8}}}, "workload": CLOSED_1K}
+    with pytest.raises(ServesimError, match="TensorRT-LLM 1.2.0rc2's server cannot be launched"):
+        _plan(config)
+
+
+def _objects(plan) -> list[dict]:
+    return list(yaml.safe_load_all(manifests(plan)))
+
+
+def test_manifests_per_role():
+    objects = _objects(_plan(CASES["sglang_pd_dp"]))
+    kinds = [(o["kind"], o["metadata"]["name"]) for o in objects]
+    # Prefill fits one host (8 GPUs): a Deployment; decode spans two 8-GPU hosts: a LeaderWorkerSet.
+    assert kinds == [("Deployment", "deepseek-r1-prefill"), ("Service", "deepseek-r1-prefill"),
+                     ("LeaderWorkerSet", "deepseek-r1-decode"), ("Service", "deepseek-r1-decode"),
+                     ("Deployment", "deepseek-r1-front"), ("Service", "deepseek-r1-front")]
+    prefill, lws = objects[0], objects[2]
+    pod = prefill["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    assert prefill["spec"]["replicas"] == 2 and container["resources"]["limits"] == {"nvidia.com/gpu": 8}
+    assert pod["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-H200"}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/health", "port": 8100}
+    assert container["image"] == "lmsysorg/sglang:v0.5.9"
+    assert container["env"][0]["valueFrom"]["secretKeyRef"]["name"] == "hf-token"
+    assert lws["spec"]["leaderWorkerTemplate"]["size"] == 2
+    worker = lws["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["containers"][0]
+    assert "--node-rank $NODE_RANK" in worker["command"][2] and "ports" not in worker
+    assert objects[3]["spec"]["selector"] == {"app": "deepseek-r1-decode", "servesim.part": "leader"}
+
+
+def test_manifests_mount_the_commands_files():
+    objects = _objects(_plan(CASES["trtllm_pd_mtp"]))
+    config_maps = {o["metadata"]["name"]: o for o in objects if o["kind"] == "ConfigMap"}
+    assert sorted(config_maps) == ["deepseek-r1-decode-files", "deepseek-r1-front-files", "deepseek-r1-prefill-files"]
+    assert "extra_llm_api_options_decode.yaml" in config_maps["deepseek-r1-decode-files"]["data"]
+    decode = next(o for o in objects if o["kind"] == "Deployment" and o["metadata"]["name"] == "deepseek-r1-decode")
+    container = decode["spec"]["template"]["spec"]["containers"][0]
+    assert container["workingDir"] == "/servesim"
+    assert {"name": "servesim-files", "mountPath": "/servesim"} in container["volumeMounts"]

@@ -13,7 +13,7 @@ from servesim.config.loading import LoadedConfig
 from servesim.config.resolution import resolve
 from servesim.config.run_spec import RoleSpec, RunSpec
 from servesim.deploy.benchmark import BenchmarkCommand, benchmark_command
-from servesim.engine.launch import LaunchCommand, RoleLaunch
+from servesim.engine.launch import FrontLaunch, LaunchCommand, RoleAddress, RoleLaunch
 from servesim.errors import ServesimError
 
 FRONT_PORT = 8000                     # the port clients (and the benchmark) talk to
@@ -34,6 +34,7 @@ class DeployPlan:
     served_model_name: str
     roles: tuple[RolePlan, ...]
     benchmark: BenchmarkCommand
+    front: LaunchCommand | None      # the proxy or router clients talk to (None: the role's Service)
 
 
 def deploy_plan(loaded: LoadedConfig, model_path: str | None = None,
@@ -49,7 +50,16 @@ def deploy_plan(loaded: LoadedConfig, model_path: str | None = None,
         launch = _role_launch(loaded, spec, role, path, name)
         roles.append(RolePlan(role, launch, backend.launch(launch)))
     url = f"http://localhost:{FRONT_PORT}"
-    return DeployPlan(spec, path, name, tuple(roles), benchmark_command(spec.config, url, name, path))
+    front = None if backend.front is None else backend.front(FrontLaunch(
+        tuple(RoleAddress(r.spec.name, service_name(name, r.spec.name), r.launch.port, r.spec.count) for r in roles),
+        FRONT_PORT, spec.router.policy, spec.engine_version))
+    return DeployPlan(spec, path, name, tuple(roles), benchmark_command(spec.config, url, name, path), front)
+
+
+def service_name(served_model_name: str, role: str) -> str:
+    """A role's Kubernetes Service (and the host the front sends its requests to)."""
+    prefix = served_model_name.lower().replace(".", "-").replace("_", "-").replace("/", "-")
+    return f"{prefix}-{role}"
 
 
 def _catalogue_path(spec: RunSpec) -> str:

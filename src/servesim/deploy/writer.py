@@ -10,6 +10,7 @@ import json
 import shlex
 from pathlib import Path
 
+from servesim.deploy.manifests import manifests
 from servesim.deploy.plan import FRONT_PORT, DeployPlan, RolePlan
 from servesim.metrics.output import AtomicFiles
 
@@ -24,6 +25,11 @@ def write_deploy_folder(plan: DeployPlan, out: Path, files: AtomicFiles) -> list
         written[f"launch_{role.spec.name}.sh"] = _launch_script(plan, role)
         for name, text in role.command.files:
             written[name] = text
+    if plan.front is not None:
+        written["launch_front.sh"] = _script(plan, [_command_line(plan.front.argv)])
+        for name, text in plan.front.files:
+            written[name] = text
+    written["k8s.yaml"] = manifests(plan)
     if plan.benchmark.argv is not None:
         written["benchmark.sh"] = _script(plan, [_command_line(plan.benchmark.argv)])
     written["plan.json"] = json.dumps(plan_json(plan), indent=2) + "\n"
@@ -45,6 +51,7 @@ def plan_json(plan: DeployPlan) -> dict:
                    "argv": list(r.command.argv), "env": dict(r.command.env),
                    **({"follower_argv": list(r.command.follower_argv)} if r.command.follower_argv else {})}
                   for r in plan.roles],
+        "front": None if plan.front is None else {"image": plan.front.image, "argv": list(plan.front.argv)},
         "benchmark": None if plan.benchmark.argv is None else list(plan.benchmark.argv),
     }
 
@@ -53,9 +60,11 @@ def _launch_script(plan: DeployPlan, role: RolePlan) -> str:
     lines = [f"# {role.spec.name}: {role.spec.count} replica(s) of {role.launch.gpus} GPU(s); run this on each."]
     lines += [f"export {key}={shlex.quote(value)}" for key, value in role.command.env]
     if role.command.follower_argv is not None:
-        lines += [f"# This worker spans {role.launch.nodes} nodes: run it on the first with NODE_RANK=0 and "
-                  "LEADER_ADDRESS its address, then on the others with their NODE_RANK.",
-                  'if [ "${NODE_RANK:-0}" = "0" ]; then',
+        lines += [f"# This worker spans {role.launch.nodes} hosts: run it on each with LEADER_ADDRESS the first "
+                  "one's address and NODE_RANK 0 there, 1, 2, ... on the others.",
+                  "NODE_RANK=${NODE_RANK:-0}",
+                  "START_RANK=$((NODE_RANK * ${RANKS_PER_HOST:-1}))",
+                  'if [ "$NODE_RANK" = "0" ]; then',
                   "  " + _command_line(role.command.argv),
                   "else",
                   "  " + _command_line(role.command.follower_argv),
@@ -93,7 +102,16 @@ def readme(plan: DeployPlan) -> str:
     if run.disaggregated:
         lines += ["", f"Clients talk to a P/D proxy on port {FRONT_PORT} that sends each request to a prefill "
                   "server, then to a decode server."]
+    if plan.front is not None:
+        lines += ["", f"`launch_front.sh` starts the {'P/D proxy' if run.disaggregated else 'router'} on port "
+                  f"{FRONT_PORT}; it names each role by its Kubernetes Service (`k8s.yaml`): on plain hosts, put "
+                  "the servers' addresses in their place."]
+    lines += ["", "`k8s.yaml` holds a Deployment (a LeaderWorkerSet for a worker wider than one host) and a "
+              f"Service per role; it expects a PersistentVolumeClaim `model-cache` and, for gated models, a "
+              "Secret `hf-token` with key `token`."]
     notes = [(role.spec.name, setting, why) for role in plan.roles for setting, why in role.command.notes]
+    if plan.front is not None:
+        notes += [("front", setting, why) for setting, why in plan.front.notes]
     if notes:
         lines += ["", "## Settings to check", ""]
         lines += [f"- {name}, {setting}: {why}" for name, setting, why in notes]

@@ -138,6 +138,9 @@ class Backend:
     # Its server's command line for one role (engine/launch.py: RoleLaunch → LaunchCommand;
     # None: `servesim deploy` cannot write one).
     launch: Callable[[Any], Any] | None = None
+    # The proxy or router in front of its roles (FrontLaunch → LaunchCommand, or None: clients
+    # reach the servers' own Service directly).
+    front: Callable[[Any], Any] | None = None
 
     @property
     def newest_version(self) -> str:

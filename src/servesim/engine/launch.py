@@ -103,3 +103,24 @@ def unsupported(launch: RoleLaunch, label: str, what: str) -> ServesimError:
     """A setting the simulation used that this engine version's server cannot be given."""
     return ServesimError(f"{launch.where}: {what}, which {label} {launch.engine_version}'s server cannot be "
                          f"launched with; change it in the config, or deploy by hand")
+
+
+@dataclass(frozen=True)
+class RoleAddress:
+    role: str
+    host: str       # where the role's servers are reached (a Service name, or a host)
+    port: int
+    replicas: int
+
+
+@dataclass(frozen=True)
+class FrontLaunch:
+    """What the front (P/D proxy, router) in front of the roles needs."""
+
+    roles: tuple[RoleAddress, ...]
+    port: int
+    router_policy: str          # router.policy as simulated
+    engine_version: str
+
+    def role(self, name: str) -> RoleAddress | None:
+        return next((r for r in self.roles if r.role == name), None)

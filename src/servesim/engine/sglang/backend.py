@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from servesim.engine.sglang.launch import sglang_launch
+from servesim.engine.sglang.launch import sglang_front, sglang_launch
 from servesim.engine.backend import Backend, carry_as, carry_as_not
 from servesim.engine.sglang.config import SglangSchedulerConfig
 from servesim.engine.sglang.defaults import resolve_scheduler
@@ -80,4 +80,5 @@ SGLANG = Backend(
     timing_profile="sglang",
     aic_backend="sglang",
     launch=sglang_launch,
+    front=sglang_front,
 )

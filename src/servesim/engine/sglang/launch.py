@@ -11,7 +11,7 @@ SGLang reads them from.
 
 from __future__ import annotations
 
-from servesim.engine.launch import ArgvBuilder, LaunchCommand, RoleLaunch, unsupported
+from servesim.engine.launch import ArgvBuilder, FrontLaunch, LaunchCommand, RoleLaunch, unsupported
 
 IMAGE = "lmsysorg/sglang:v{version}"
 _KV_DTYPE = {"fp8": "fp8_e4m3", "bf16": "bf16"}
@@ -155,3 +155,33 @@ def _multi_node(cmd: ArgvBuilder, launch: RoleLaunch) -> tuple[str, ...] | None:
     follower = [*cmd.argv]
     follower[follower.index("--node-rank") + 1] = "$NODE_RANK"
     return tuple(follower)
+
+
+# servesim's router policies in sglang-router's names; the rest have no counterpart there.
+_ROUTER_POLICY = {"round_robin": "round_robin", "random": "random"}
+BOOTSTRAP_PORT = 8998   # --disaggregation-bootstrap-port's default
+
+
+def sglang_front(front: FrontLaunch) -> LaunchCommand | None:
+    """sglang-router (`python -m sglang_router.launch_router`, shipped in the image): P/D with
+    --pd-disaggregation, each prefill URL followed by its bootstrap port; aggregated replicas
+    with --worker-urls. One replica behind no router needs no front."""
+    prefill, decode, agg = front.role("prefill"), front.role("decode"), front.role("aggregated")
+    notes = []
+    policy = _ROUTER_POLICY.get(front.router_policy)
+    if policy is None:
+        policy = "round_robin"
+        notes.append(("router policy", f"servesim simulated router.policy {front.router_policy}, which "
+                      "sglang-router does not implement as servesim models it; written as round_robin"))
+    argv = ["python3", "-m", "sglang_router.launch_router", "--host", "0.0.0.0", "--port", str(front.port),
+            "--policy", policy]
+    if prefill is not None and decode is not None:
+        argv += ["--pd-disaggregation", "--prefill", f"http://{prefill.host}:{prefill.port}", str(BOOTSTRAP_PORT),
+                 "--decode", f"http://{decode.host}:{decode.port}"]
+    elif agg is not None and agg.replicas > 1:
+        argv += ["--worker-urls", f"http://{agg.host}:{agg.port}"]
+        notes.append(("--worker-urls", "one URL per replica: list each pod's address (the Service name "
+                      "balances by connection, not by the router's policy)"))
+    else:
+        return None
+    return LaunchCommand(tuple(argv), IMAGE.format(version=front.engine_version), notes=tuple(notes))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from servesim.engine.backend import Backend, carry_as, carry_as_not
+from servesim.engine.trtllm.launch import trtllm_front, trtllm_launch
 from servesim.engine.trtllm.config import TrtllmSchedulerConfig
 from servesim.engine.trtllm.defaults import resolve_scheduler
 from servesim.engine.request_path import RequestPathCosts
@@ -97,4 +98,6 @@ TRTLLM = Backend(
     check_role=_check_role,
     timing_profile="trtllm",
     aic_backend="trtllm",
+    launch=trtllm_launch,
+    front=trtllm_front,
 )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from servesim.engine.vllm.launch import vllm_launch
+from servesim.engine.vllm.launch import vllm_front, vllm_launch
 from servesim.engine.backend import Backend, carry_as
 from servesim.engine.vllm.config import VllmSchedulerConfig
 from servesim.engine.vllm.defaults import resolve_scheduler
@@ -89,4 +89,5 @@ VLLM = Backend(
     timing_profile="vllm",
     aic_backend="vllm",
     launch=vllm_launch,
+    front=vllm_front,
 )

@@ -8,7 +8,7 @@ take one JSON string. docs/deploy.md lists each flag with the servesim key it co
 
 from __future__ import annotations
 
-from servesim.engine.launch import ArgvBuilder, LaunchCommand, RoleLaunch, unsupported
+from servesim.engine.launch import ArgvBuilder, FrontLaunch, LaunchCommand, RoleLaunch, unsupported
 
 IMAGE = "vllm/vllm-openai:v{version}"
 _KV_DTYPE = {"fp8": "fp8", "bf16": "bfloat16"}
@@ -119,8 +119,7 @@ def _multi_node(cmd: ArgvBuilder, launch: RoleLaunch) -> tuple[str, ...] | None:
         cmd.add("--data-parallel-address", "$LEADER_ADDRESS")
         cmd.add("--data-parallel-rpc-port", 13345)
         follower = [*cmd.argv, "--data-parallel-start-rank", "$START_RANK", "--headless"]
-        cmd.note("multi-node", f"each host runs {local} data-parallel ranks; on host k > 0 set "
-                 f"START_RANK = k × {local}")
+        cmd.env.append(("RANKS_PER_HOST", str(local)))   # host k starts at rank k × this ($START_RANK)
         return tuple(follower)
     # One engine's tensor/pipeline ranks over several hosts: vLLM's multiprocessing backend, every
     # host the same command with its own --node-rank; rank 0 serves the API.
@@ -131,3 +130,19 @@ def _multi_node(cmd: ArgvBuilder, launch: RoleLaunch) -> tuple[str, ...] | None:
     follower[follower.index("--node-rank") + 1] = "$NODE_RANK"
     follower.append("--headless")
     return tuple(follower)
+
+
+def vllm_front(front: FrontLaunch) -> LaunchCommand | None:
+    """P/D: vLLM's NIXL proxy (tests/v1/kv_connector/nixl_integration/toy_proxy_server.py at the
+    version's tag) sends each request to a prefill server with max_tokens 1, then to a decode
+    server with the transfer's parameters. Aggregated replicas sit behind their Service."""
+    prefill, decode = front.role("prefill"), front.role("decode")
+    if prefill is None or decode is None:
+        return None
+    argv = ("python3", "toy_proxy_server.py", "--host", "0.0.0.0", "--port", str(front.port),
+            "--prefiller-hosts", prefill.host, "--prefiller-ports", str(prefill.port),
+            "--decoder-hosts", decode.host, "--decoder-ports", str(decode.port))
+    notes = (("P/D proxy", f"toy_proxy_server.py is in vLLM's repository at v{front.engine_version} "
+              "(tests/v1/kv_connector/nixl_integration/), not in the image: copy it beside the command "
+              "(or into a ConfigMap mounted in the front's pod)"),)
+    return LaunchCommand(argv, IMAGE.format(version=front.engine_version), notes=notes, health_path="/healthcheck")
