@@ -16,6 +16,7 @@ from servesim.cluster.engine_choice import choose_engines
 from servesim.config import SimulationConfig, config_hash, load_config
 from servesim.errors import ServesimError
 from servesim.metrics.collector import Collector
+from servesim.metrics.cost import check_cost, energy_and_cost
 from servesim.metrics.records import RequestTable
 from servesim.metrics.run_report import report_run
 from servesim.metrics.summary import DEFAULT_PERCENTILES, check_percentiles, summarize
@@ -96,6 +97,7 @@ def simulate(
     profile_given = getattr(loaded.config.engine.timing, "profile", None) is not None
     run = resolve(loaded)   # the run spec: what every part below reads
     cfg = run.config        # its resolved config: the workload, client and SLO blocks, and Result.config
+    check_cost(cfg.cost, [run.gpu])
     requests, trace_info = _load_requests(run)
     limits.check_requests(requests, cfg, run.source)
     client = make_client(cfg.workload.client, requests, run.seed, total=synthetic_count(cfg.workload))
@@ -137,9 +139,17 @@ def simulate(
         "mean_acceptance_length": _mean_acceptance_length(sim.roles),
         "workers": collector.worker_summaries(sim.now),
     })
+    summary.update(energy_and_cost(cfg.cost, _worker_power_inputs(run, sim), summary))
     notes = report_run(summary, records, run, sim, requests, profile_given, engines)
     return Result(summary=summary, requests=records, config=cfg, warnings=notes, timelines=collector.timelines(),
                   token_times=collector.token_times)
+
+
+def _worker_power_inputs(run: RunSpec, sim) -> list[tuple]:
+    """(GPU, GPUs, busy fraction) of each worker, for metrics/cost.py."""
+    return [(run.gpu, run.roles[name].tp * run.roles[name].pp * run.roles[name].attention_dp,
+             worker.busy_ns / sim.now if sim.now else 0.0)
+            for name, role in sim.roles.items() for worker in role.workers]
 
 
 def _mean_acceptance_length(roles) -> float | None:

@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
 
+from servesim.config.cost import CostConfig
 from servesim.engine.registry import BACKENDS, DEFAULT_BACKEND
 from servesim.schema_base import (
     NonNegativeFloat,
@@ -446,3 +447,4 @@ class SimulationConfig(StrictModel):
     router: RouterConfig = Field(default_factory=RouterConfig)
     workload: WorkloadConfig
     slo: SloConfig = Field(default_factory=SloConfig)
+    cost: CostConfig = Field(default_factory=CostConfig)

@@ -63,6 +63,10 @@ def summary_rows(summary: dict, config: SimulationConfig) -> list[tuple[str, str
     rows.append(("Goodput output throughput (tok/s)", _num(summary["goodput_output_throughput_tok_s"])))
     rows.append(("GPUs", _num(summary["gpus"])))
     rows.append(("GPU-hours", _num(summary["gpu_hours"], 3)))
+    if "cost_usd" in summary:   # with cost.gpu_price_per_hour only, to keep the default table vLLM's
+        rows.append(("Cost ($)", _num(summary["cost_usd"], 3)))
+        rows.append(("Cost per M output tokens ($)", _num(summary["cost_per_mtok_output_usd"], 3)))
+        rows.append(("Energy per output token (J)", _num(summary["energy_per_output_token_j"], 3)))
     rows.append(("Simulator wall time (s)", _num(summary["wall_time_ms"] / 1e3, 3)))
     return rows
 

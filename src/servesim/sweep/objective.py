@@ -13,12 +13,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from servesim.config import SloConfig
-from servesim.sweep.space import MinGpus, SweepSlo, SweepSpace, ThroughputPerGpu
+from servesim.errors import ServesimError
+from servesim.sweep.space import COST_OBJECTIVES, MinGpus, SweepSlo, SweepSpace, ThroughputPerGpu
 
 OBJECTIVE_LABELS = {
     "goodput_per_gpu": "goodput per GPU (req/s)",
     "throughput_per_gpu": "output throughput per GPU (tok/s)",
     "min_gpus": "fewest GPUs",
+    "cost_per_mtok": "cost per million output tokens ($)",
+    "goodput_per_dollar": "good requests per dollar",
 }
 
 
@@ -37,6 +40,9 @@ def derived_metrics(summary: dict) -> dict[str, float | None]:
         "throughput_per_gpu": output / gpus if output is not None and gpus else None,
         # Interactivity, the axis engines are compared on: tokens per second one user sees.
         "tok_s_per_user": 1e3 / tpot if tpot else None,
+        "cost_per_mtok": summary.get("cost_per_mtok_output_usd"),
+        "goodput_per_dollar": (summary.get("good_requests") or 0) / dollars if (dollars := summary.get("cost_usd"))
+        else None,
     }
 
 
@@ -46,7 +52,10 @@ class Judge:
     objective: Any        # GoodputPerGpu | ThroughputPerGpu | MinGpus
 
     @classmethod
-    def for_space(cls, space: SweepSpace, base_slo: SloConfig) -> Judge:
+    def for_space(cls, space: SweepSpace, base_slo: SloConfig, priced: bool = True) -> Judge:
+        if space.objective.kind in COST_OBJECTIVES and not priced:
+            raise ServesimError(f"objective {space.objective.kind} needs GPU prices: set cost.gpu_price_per_hour "
+                                "in the base config ($ per GPU-hour for each GPU the trials use)")
         slo = space.slo or SweepSlo(ttft_ms=base_slo.ttft_ms, tpot_ms=base_slo.tpot_ms, e2e_ms=base_slo.e2e_ms)
         return cls(slo, space.objective)
 
@@ -84,7 +93,8 @@ class Judge:
             return None
         if isinstance(self.objective, MinGpus):
             return row["summary"].get("gpus")
-        key = "throughput_per_gpu" if isinstance(self.objective, ThroughputPerGpu) else "goodput_per_gpu"
+        kind = self.objective.kind
+        key = kind if kind in ("throughput_per_gpu", *COST_OBJECTIVES) else "goodput_per_gpu"
         return derived_metrics(row["summary"])[key]
 
     def rank_key(self, row: dict) -> tuple:
@@ -103,6 +113,11 @@ class Judge:
             return (group, float(summary.get("gpus") or 0), goodput, *faster)
         if isinstance(self.objective, ThroughputPerGpu):
             return (group, throughput, goodput, *faster)
+        if self.objective.kind == "cost_per_mtok":
+            cost = derived["cost_per_mtok"]
+            return (group, cost if cost is not None else float("inf"), goodput, *faster)
+        if self.objective.kind == "goodput_per_dollar":
+            return (group, -(derived["goodput_per_dollar"] or 0.0), goodput, *faster)
         return (group, goodput, throughput, *faster)
 
     def ranked(self, rows: Sequence[dict]) -> list[dict]:

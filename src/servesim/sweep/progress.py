@@ -13,6 +13,10 @@ def best_text(judge, row: dict | None) -> str:
         value = f"{score} GPUs"
     elif judge.objective.kind == "throughput_per_gpu":
         value = f"{score:,.0f} tok/s/GPU"
+    elif judge.objective.kind == "cost_per_mtok":
+        value = f"${score:,.3f}/Mtok"
+    elif judge.objective.kind == "goodput_per_dollar":
+        value = f"{score:,.0f} req/$"
     else:
         value = f"{score:,.3f} req/s/GPU"
     return f"best #{row['trial_id']} {value} {'✓' if judge.meets(row) else '✗'}SLOs"

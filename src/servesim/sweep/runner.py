@@ -52,7 +52,8 @@ ProgressFn = Callable[[int, int, "dict | None", Judge], None]   # (trials done, 
 def run_sweep(base: dict, space: SweepSpace, out: Path, executor, resume: bool = False,
               progress: ProgressFn | None = None) -> SweepResult:
     plan = Plan(base, space)
-    judge = Judge.for_space(space, _base_slo(plan.base))
+    judge = Judge.for_space(space, _base_slo(plan.base), priced=bool((plan.base.get("cost") or {}).get(
+        "gpu_price_per_hour")))
     store = TrialStore(out)
     meta = {"format": STORE_FORMAT, "config": json.dumps(base, sort_keys=True, default=str),
             "space": space.canonical()}

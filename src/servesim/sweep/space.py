@@ -164,7 +164,21 @@ class MinGpus(StrictModel):
     request_rate: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
 
 
-Objective = Annotated[Union[GoodputPerGpu, ThroughputPerGpu, MinGpus], Field(discriminator="kind")]
+class CostPerMtok(StrictModel):
+    """The lowest cost per million output tokens (needs cost.gpu_price_per_hour in the base config)."""
+
+    kind: Literal["cost_per_mtok"]
+
+
+class GoodputPerDollar(StrictModel):
+    """Requests that meet every SLO per dollar spent on GPUs (needs cost.gpu_price_per_hour)."""
+
+    kind: Literal["goodput_per_dollar"]
+
+
+COST_OBJECTIVES = ("cost_per_mtok", "goodput_per_dollar")
+Objective = Annotated[Union[GoodputPerGpu, ThroughputPerGpu, MinGpus, CostPerMtok, GoodputPerDollar],
+                      Field(discriminator="kind")]
 
 
 class SweepSlo(StrictModel):
