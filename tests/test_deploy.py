@@ -323,3 +323,73 @@ def test_manifests_mount_the_commands_files():
     container = decode["spec"]["template"]["spec"]["containers"][0]
     assert container["workingDir"] == "/servesim"
     assert {"name": "servesim-files", "mountPath": "/servesim"} in container["volumeMounts"]
+
+
+SWEEP_BASE = """\
+model: llama-3.1-8b
+gpu: h100-sxm
+engine:
+  timing: {kind: fixed, pass_ms: 10.0}
+  workers:
+    aggregated:
+      scheduler: {num_gpu_blocks: 4000, max_model_len: 4096}
+workload:
+  synthetic: {num_requests: 40, input_length: 256, output_length: 32}
+  client: {mode: closed_loop, concurrency: 8}
+"""
+SWEEP_SPACE = """\
+parameters:
+  engine.workers.aggregated.scheduler.max_num_seqs: [2, 8]
+"""
+
+
+@pytest.fixture(scope="module")
+def sweep_folder(tmp_path_factory):
+    root = tmp_path_factory.mktemp("sweep")
+    (root / "base.yaml").write_text(SWEEP_BASE)
+    (root / "space.yaml").write_text(SWEEP_SPACE)
+    proc = servesim_cli("sweep", str(root / "base.yaml"), "--space", str(root / "space.yaml"), "--out",
+                        str(root / "sw"), "--workers", "1", "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    return root / "sw"
+
+
+def test_deploy_a_sweep_trial(sweep_folder, tmp_path):
+    proc = servesim_cli("deploy", str(sweep_folder), "--trial", "1", "--out", str(tmp_path / "t1"))
+    assert proc.returncode == 0, proc.stderr
+    argv = json.loads((tmp_path / "t1" / "plan.json").read_text())["roles"][0]["argv"]
+    # Trial 1 is the space's second value.
+    assert argv[argv.index("--max-num-seqs") + 1] == "8"
+    for args, message in ((["--trial", "7"], "has no trial 7 (trials 0-1)"),
+                          ([], "either --trial N or --pareto")):
+        proc = servesim_cli("deploy", str(sweep_folder), *args, "--out", str(tmp_path / "bad"))
+        assert proc.returncode == 2 and message in proc.stderr and not (tmp_path / "bad").exists()
+
+
+def test_deploy_the_pareto_trials(sweep_folder, tmp_path):
+    proc = servesim_cli("deploy", str(sweep_folder), "--pareto", "--out", str(tmp_path / "p"))
+    assert proc.returncode == 0, proc.stderr
+    folders = sorted(p.name for p in (tmp_path / "p").iterdir() if p.is_dir())
+    assert folders and all(name.startswith("trial-") for name in folders)
+    assert all((tmp_path / "p" / name / "launch_aggregated.sh").is_file() for name in folders)
+
+
+def test_trial_flags_need_a_sweep_folder(tmp_path):
+    config = tmp_path / "c.yaml"
+    config.write_text(SWEEP_BASE)
+    proc = servesim_cli("deploy", str(config), "--trial", "0", "--out", str(tmp_path / "x"))
+    assert proc.returncode == 2 and "give its folder, not a config file" in proc.stderr
+
+
+def test_recommend_emits_the_best_deployment(tmp_path):
+    proc = servesim_cli("recommend", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--gpus", "1",
+                        "--workload", "requests=20,input=128,output=16,concurrency=2",
+                        "--slo", "ttft_ms=5000,tpot_ms=200", "--workers", "1", "--quiet",
+                        "--out", str(tmp_path / "sw"), "--emit", str(tmp_path / "emit"))
+    assert proc.returncode == 0, proc.stderr
+    best = yaml.safe_load((tmp_path / "sw" / "best.yaml").read_text())
+    plan = json.loads((tmp_path / "emit" / "plan.json").read_text())
+    argv = plan["roles"][0]["argv"]
+    sched = best["engine"]["workers"]["aggregated"]["scheduler"]
+    assert argv[argv.index("--max-num-seqs") + 1] == str(sched["max_num_seqs"])
+    assert plan["benchmark"][plan["benchmark"].index("--max-concurrency") + 1] == "2"

@@ -220,21 +220,27 @@ def models() -> None:
 
 @app.command()
 def deploy(
-    config: Annotated[Optional[Path], typer.Argument(help="YAML config; omit for the embedded default.")] = None,
-    out: Annotated[Path, typer.Option("--out", help="Write the launch scripts, benchmark.sh, plan.json and "
-                                      "README.md into this folder.")] = Path("deploy"),
+    config: Annotated[Optional[Path], typer.Argument(help="YAML config or a sweep folder; omit for the "
+                                                    "embedded default.")] = None,
+    out: Annotated[Path, typer.Option("--out", help="Write the launch scripts, k8s.yaml, benchmark.sh, "
+                                      "plan.json and README.md into this folder.")] = Path("deploy"),
     set_: Annotated[Optional[list[str]], typer.Option("--set", help="Override a config field: "
                                                       "dotted.key=YAML_VALUE (repeatable).")] = None,
     model_path: Annotated[Optional[str], typer.Option("--model-path", help="The checkpoint the servers load "
                                                       "(default: the catalogue's first Hugging Face id).")] = None,
     served_model_name: Annotated[Optional[str], typer.Option("--served-model-name", help="The model name "
                                                              "clients send (default: servesim's name).")] = None,
+    trial: Annotated[Optional[int], typer.Option("--trial", help="With a sweep folder: deploy this "
+                                                 "trial.")] = None,
+    pareto: Annotated[bool, typer.Option("--pareto", help="With a sweep folder: every trial on its Pareto "
+                                         "frontier, one subfolder each.")] = False,
 ) -> None:
-    """Write each role's engine launch command and the benchmark that measures the simulated workload."""
+    """Write each role's engine launch command, Kubernetes manifests and the benchmark that measures the
+    simulated workload, for a config or a sweep's trials."""
     from servesim.deploy.command import deploy as write_deploy
 
     try:
-        write_deploy(config, out, set_, model_path, served_model_name)
+        write_deploy(config, out, set_, model_path, served_model_name, trial, pareto)
     except ServesimError as err:
         _fail(str(err))
 
@@ -290,7 +296,8 @@ _RAY_HELP = ("Run trials on Ray: a cluster at ADDRESS, or a local Ray instance w
 
 
 def _run_sweep_command(base: dict, space, out: Path, workers: Optional[int], ray: Optional[str], resume: bool,
-                       top: int, quiet: bool, title: str, extra_files: Optional[dict[str, str]] = None) -> None:
+                       top: int, quiet: bool, title: str, extra_files: Optional[dict[str, str]] = None,
+                       emit: Optional[Path] = None) -> None:
     """Run a sweep, print its table and recommendation, write its files; exit 1 without a recommendation."""
     from servesim.sweep.executor import make_executor
     from servesim.sweep.progress import SweepProgress
@@ -326,6 +333,15 @@ def _run_sweep_command(base: dict, space, out: Path, workers: Optional[int], ray
             print_report(result, report, top)
             sys.stdout.write(f"wrote {out}/trials.sqlite, trials.csv, pareto.png"
                              + (", best.yaml" if report.best else "") + "\n")
+        if emit is not None and report.best is not None:
+            from servesim.deploy.command import deploy
+            from servesim.sweep.report import final_config
+
+            deploy(final_config(result, report.best), emit, None, None, None, announce=not quiet)
+            if not quiet:
+                sys.stdout.write(f"wrote the best trial's launch commands, k8s.yaml and benchmark to {emit}\n")
+        elif emit is not None:
+            sys.stderr.write(f"--emit: no trial meets the SLOs, so nothing was written to {emit}\n")
     finally:
         result.store.close()
     if report.best is None:
@@ -381,6 +397,9 @@ def recommend(
     resume: Annotated[bool, typer.Option("--resume", help="Continue the sweep in --out.")] = False,
     top: Annotated[int, typer.Option("--top", help="Rows of the ranked table.")] = 10,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing but errors.")] = False,
+    emit: Annotated[Optional[Path], typer.Option("--emit", metavar="DIR", help="Also write the best trial's "
+                                                 "launch commands, k8s.yaml and benchmark (servesim "
+                                                 "deploy) into DIR.")] = None,
 ) -> None:
     """Which deployment should I run? Sweep a default space for this model, GPU budget, workload and SLOs."""
     try:
@@ -394,7 +413,7 @@ def recommend(
                 sys.stdout.write(f"{note}\n")
         files = {"base.yaml": dump_yaml(base), "space.yaml": dump_yaml(space.model_dump(mode="json"))}
         _run_sweep_command(base, space, out, workers, ray, resume, top, quiet,
-                           title=f"{base['model']} on up to {gpus}× {base['gpu']}", extra_files=files)
+                           title=f"{base['model']} on up to {gpus}× {base['gpu']}", extra_files=files, emit=emit)
     except ServesimError as err:
         _fail(str(err))
 

@@ -17,9 +17,8 @@ from servesim.metrics.output import AtomicFiles
 _SCRIPT_HEAD = "#!/usr/bin/env bash\n# Written by servesim deploy from {source}.\nset -euo pipefail\n"
 
 
-def write_deploy_folder(plan: DeployPlan, out: Path, files: AtomicFiles) -> list[str]:
-    """Write the folder; returns the names written, in order."""
-    files.stage_folder(out)
+def write_deploy_files(plan: DeployPlan, out: Path, files: AtomicFiles) -> list[str]:
+    """Write the plan's files under `out` (inside a folder `files` has staged); returns their names."""
     written: dict[str, str] = {}
     for role in plan.roles:
         written[f"launch_{role.spec.name}.sh"] = _launch_script(plan, role)
