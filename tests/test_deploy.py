@@ -393,3 +393,34 @@ def test_recommend_emits_the_best_deployment(tmp_path):
     sched = best["engine"]["workers"]["aggregated"]["scheduler"]
     assert argv[argv.index("--max-num-seqs") + 1] == str(sched["max_num_seqs"])
     assert plan["benchmark"][plan["benchmark"].index("--max-concurrency") + 1] == "2"
+
+
+TRT_OPTIONS = yaml.safe_load((GOLDEN / "trtllm-1.2.0rc2-options.yaml").read_text())
+
+
+@pytest.mark.parametrize("spec", [None, {"method": "eagle", "num_speculative_tokens": 3, "acceptance_rate": 0.6},
+                                  {"method": "ngram", "num_speculative_tokens": 4, "acceptance_rate": 0.5}])
+def test_trtllm_options_are_the_versions_own(spec):
+    config = json.loads(json.dumps(CASES["trtllm_pd_mtp"]))
+    if spec is not None:
+        config["engine"]["workers"]["decode"]["speculative"] = spec
+    plan = _plan(config)
+    for role in plan.roles:
+        flags = [w for w in role.command.argv if w.startswith("-")]
+        assert set(flags) <= set(TRT_OPTIONS["serve_options"]), set(flags) - set(TRT_OPTIONS["serve_options"])
+        extra = yaml.safe_load(dict(role.command.files)[f"extra_llm_api_options_{role.spec.name}.yaml"])
+        assert set(extra) <= set(TRT_OPTIONS["llm_api_keys"])
+        assert set(extra["kv_cache_config"]) <= set(TRT_OPTIONS["kv_cache_config"])
+        sched = extra["scheduler_config"]
+        assert set(sched) <= set(TRT_OPTIONS["scheduler_config"])
+        assert sched["capacity_scheduler_policy"] in TRT_OPTIONS["capacity_scheduler_policy"]
+        assert set(sched["dynamic_batch_config"]) == set(TRT_OPTIONS["dynamic_batch_config"])
+        if "speculative_config" in extra:
+            decoding = extra["speculative_config"]
+            assert set(decoding) <= set(TRT_OPTIONS["speculative_config"][decoding["decoding_type"]])
+        if "cache_transceiver_config" in extra:
+            assert extra["cache_transceiver_config"]["backend"] in TRT_OPTIONS["cache_transceiver_backend"]
+    front = yaml.safe_load(dict(plan.front.files)["disagg_config.yaml"])
+    assert set(front) <= set(TRT_OPTIONS["disagg_config_keys"])
+    assert set(front["context_servers"]) <= set(TRT_OPTIONS["disagg_server_keys"])
+    assert set(w for w in plan.front.argv if w.startswith("-")) <= set(TRT_OPTIONS["disaggregated_options"])
