@@ -18,6 +18,7 @@ from servesim.config.loading import load_config
 from servesim.deploy.benchmark import benchmark_command
 from servesim.deploy.manifests import manifests
 from servesim.deploy.plan import deploy_plan
+from servesim.deploy.stacks import dynamo_graph, llm_d_values, stack_files
 from servesim.deploy.writer import plan_json
 from servesim.errors import ServesimError
 from tests.support.cli import servesim_cli
@@ -424,3 +425,44 @@ def test_trtllm_options_are_the_versions_own(spec):
     assert set(front) <= set(TRT_OPTIONS["disagg_config_keys"])
     assert set(front["context_servers"]) <= set(TRT_OPTIONS["disagg_server_keys"])
     assert set(w for w in plan.front.argv if w.startswith("-")) <= set(TRT_OPTIONS["disaggregated_options"])
+
+
+def test_llm_d_values():
+    values = llm_d_values(_plan(CASES["vllm_pd"]))
+    assert values["routing"]["proxy"] == {"enabled": True, "connector": "nixlv2"}
+    assert values["modelArtifacts"]["uri"] == "hf://meta-llama/Llama-3.1-70B"
+    decode, prefill = values["decode"], values["prefill"]
+    assert (decode["replicas"], decode["parallelism"], prefill["replicas"], prefill["parallelism"]) == \
+        (1, {"tensor": 4, "data": 1}, 2, {"tensor": 2, "data": 1})
+    args = decode["containers"][0]["args"]
+    # The chart writes the port, the model name and the parallelism itself; the rest as --flag=value.
+    assert "--num-gpu-blocks-override=20000" in args and not any(a.startswith("--port") for a in args)
+    assert not any(a.startswith("--tensor-parallel-size") for a in args)
+    assert decode["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "4"}
+    aggregated = llm_d_values(_plan(CASES["vllm_aggregated"]))
+    assert aggregated["prefill"] == {"create": False} and aggregated["routing"]["proxy"]["enabled"] is False
+
+
+def test_dynamo_graph():
+    graph = dynamo_graph(_plan(CASES["vllm_pd"]))
+    services = graph["spec"]["services"]
+    assert sorted(services) == ["Frontend", "VllmDecodeWorker", "VllmPrefillWorker"]
+    prefill = services["VllmPrefillWorker"]
+    assert (prefill["componentType"], prefill["subComponentType"], prefill["replicas"]) == ("worker", "prefill", 2)
+    main = prefill["extraPodSpec"]["mainContainer"]
+    assert main["command"] == ["python3", "-m", "dynamo.vllm"]
+    args = main["args"]
+    assert args[:2] == ["--model", "meta-llama/Llama-3.1-70B"] and args[-2:] == ["--disaggregation-mode", "prefill"]
+    assert "--kv-transfer-config" not in args and "--port" not in args
+    sglang = dynamo_graph(_plan(CASES["sglang_pd_dp"]))["spec"]["services"]["SglangDecodeWorker"]
+    assert sglang["multinode"] == {"nodeCount": 2} and sglang["resources"]["limits"] == {"gpu": "16"}
+
+
+@pytest.mark.parametrize("case,stack,message", [
+    ("sglang_pd_dp", "llm-d", "llm-d-modelservice values for vLLM servers"),
+    ("trtllm_pd_mtp", "dynamo", "no worker command for TensorRT-LLM"),
+    ("vllm_aggregated", "helm", "--stack must be one of plain, llm-d, dynamo"),
+])
+def test_stacks_refused(case, stack, message):
+    with pytest.raises(ServesimError, match=message):
+        stack_files(_plan(CASES[case]), stack)

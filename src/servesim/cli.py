@@ -234,13 +234,15 @@ def deploy(
                                                  "trial.")] = None,
     pareto: Annotated[bool, typer.Option("--pareto", help="With a sweep folder: every trial on its Pareto "
                                          "frontier, one subfolder each.")] = False,
+    stack: Annotated[str, typer.Option("--stack", metavar="plain|llm-d|dynamo", help="Also write llm-d "
+                                       "Helm values or a Dynamo graph deployment.")] = "plain",
 ) -> None:
     """Write each role's engine launch command, Kubernetes manifests and the benchmark that measures the
     simulated workload, for a config or a sweep's trials."""
     from servesim.deploy.command import deploy as write_deploy
 
     try:
-        write_deploy(config, out, set_, model_path, served_model_name, trial, pareto)
+        write_deploy(config, out, set_, model_path, served_model_name, trial, pareto, stack=stack)
     except ServesimError as err:
         _fail(str(err))
 

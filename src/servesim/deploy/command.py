@@ -16,7 +16,7 @@ from servesim.metrics.output import AtomicFiles
 
 def deploy(config: Path | dict | None, out: Path, set_: list[str] | None, model_path: str | None,
            served_model_name: str | None, trial: int | None = None, pareto: bool = False,
-           announce: bool = True) -> list[DeployPlan]:
+           announce: bool = True, stack: str = "plain") -> list[DeployPlan]:
     """Write the deploy folder (one subfolder per trial for --pareto); ServesimError on bad input."""
     overrides = [(*parse_override(item)[:2], "--set " + item.split("=", 1)[0].strip()) for item in set_ or []]
     if isinstance(config, dict):
@@ -35,7 +35,7 @@ def deploy(config: Path | dict | None, out: Path, set_: list[str] | None, model_
         files.stage_folder(out)
         files.protect([] if isinstance(config, dict) else [config])
         for sub, plan in plans:
-            write_deploy_files(plan, out / sub if sub else out, files)
+            write_deploy_files(plan, out / sub if sub else out, files, stack)
         files.commit()
     except BaseException:
         files.abort()

@@ -11,15 +11,16 @@ import shlex
 from pathlib import Path
 
 from servesim.deploy.manifests import manifests
+from servesim.deploy.stacks import stack_files
 from servesim.deploy.plan import FRONT_PORT, DeployPlan, RolePlan
 from servesim.metrics.output import AtomicFiles
 
 _SCRIPT_HEAD = "#!/usr/bin/env bash\n# Written by servesim deploy from {source}.\nset -euo pipefail\n"
 
 
-def write_deploy_files(plan: DeployPlan, out: Path, files: AtomicFiles) -> list[str]:
+def write_deploy_files(plan: DeployPlan, out: Path, files: AtomicFiles, stack: str = "plain") -> list[str]:
     """Write the plan's files under `out` (inside a folder `files` has staged); returns their names."""
-    written: dict[str, str] = {}
+    written: dict[str, str] = dict(stack_files(plan, stack))
     for role in plan.roles:
         written[f"launch_{role.spec.name}.sh"] = _launch_script(plan, role)
         for name, text in role.command.files:

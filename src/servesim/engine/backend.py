@@ -141,6 +141,10 @@ class Backend:
     # The proxy or router in front of its roles (FrontLaunch → LaunchCommand, or None: clients
     # reach the servers' own Service directly).
     front: Callable[[Any], Any] | None = None
+    # Its Dynamo worker: (RoleLaunch, LaunchCommand) → (module, args), and Dynamo's runtime image
+    # name for it (None: `servesim deploy --stack dynamo` cannot write one).
+    dynamo_worker: Callable[[Any, Any], tuple[str, tuple[str, ...]]] | None = None
+    dynamo_runtime: str = ""
 
     @property
     def newest_version(self) -> str:

@@ -124,3 +124,15 @@ class FrontLaunch:
 
     def role(self, name: str) -> RoleAddress | None:
         return next((r for r in self.roles if r.role == name), None)
+
+
+def without_flags(argv, flags: set[str]) -> list[str]:
+    """argv without the given flags and their values."""
+    out, i = [], 0
+    while i < len(argv):
+        word = argv[i]
+        has_value = i + 1 < len(argv) and not argv[i + 1].startswith("--")
+        if word not in flags:
+            out.extend(argv[i:i + 2] if has_value else [word])
+        i += 2 if has_value else 1
+    return out

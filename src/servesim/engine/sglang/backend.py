@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from servesim.engine.sglang.launch import sglang_front, sglang_launch
+from servesim.engine.sglang.launch import sglang_dynamo_worker, sglang_front, sglang_launch
 from servesim.engine.backend import Backend, carry_as, carry_as_not
 from servesim.engine.sglang.config import SglangSchedulerConfig
 from servesim.engine.sglang.defaults import resolve_scheduler
@@ -81,4 +81,6 @@ SGLANG = Backend(
     aic_backend="sglang",
     launch=sglang_launch,
     front=sglang_front,
+    dynamo_worker=sglang_dynamo_worker,
+    dynamo_runtime="sglang",
 )

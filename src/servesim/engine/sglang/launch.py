@@ -11,7 +11,7 @@ SGLang reads them from.
 
 from __future__ import annotations
 
-from servesim.engine.launch import ArgvBuilder, FrontLaunch, LaunchCommand, RoleLaunch, unsupported
+from servesim.engine.launch import ArgvBuilder, FrontLaunch, LaunchCommand, RoleLaunch, unsupported, without_flags
 
 IMAGE = "lmsysorg/sglang:v{version}"
 _KV_DTYPE = {"fp8": "fp8_e4m3", "bf16": "bf16"}
@@ -185,3 +185,12 @@ def sglang_front(front: FrontLaunch) -> LaunchCommand | None:
     else:
         return None
     return LaunchCommand(tuple(argv), IMAGE.format(version=front.engine_version), notes=tuple(notes))
+
+
+_NOT_FOR_DYNAMO = {"--host", "--port", "--nnodes", "--node-rank", "--dist-init-addr"}
+
+
+def sglang_dynamo_worker(launch: RoleLaunch, command: LaunchCommand) -> tuple[str, tuple[str, ...]]:
+    """Dynamo 1.x's SGLang worker (`python -m dynamo.sglang`): SGLang's server flags, its P/D mode
+    included; the Frontend serves HTTP and the operator places multi-node ranks."""
+    return "dynamo.sglang", tuple(without_flags(command.argv[3:], _NOT_FOR_DYNAMO))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from servesim.engine.vllm.launch import vllm_front, vllm_launch
+from servesim.engine.vllm.launch import vllm_dynamo_worker, vllm_front, vllm_launch
 from servesim.engine.backend import Backend, carry_as
 from servesim.engine.vllm.config import VllmSchedulerConfig
 from servesim.engine.vllm.defaults import resolve_scheduler
@@ -90,4 +90,6 @@ VLLM = Backend(
     aic_backend="vllm",
     launch=vllm_launch,
     front=vllm_front,
+    dynamo_worker=vllm_dynamo_worker,
+    dynamo_runtime="vllm",
 )

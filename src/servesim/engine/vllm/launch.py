@@ -8,7 +8,7 @@ take one JSON string. docs/deploy.md lists each flag with the servesim key it co
 
 from __future__ import annotations
 
-from servesim.engine.launch import ArgvBuilder, FrontLaunch, LaunchCommand, RoleLaunch, unsupported
+from servesim.engine.launch import ArgvBuilder, FrontLaunch, LaunchCommand, RoleLaunch, unsupported, without_flags
 
 IMAGE = "vllm/vllm-openai:v{version}"
 _KV_DTYPE = {"fp8": "fp8", "bf16": "bfloat16"}
@@ -146,3 +146,18 @@ def vllm_front(front: FrontLaunch) -> LaunchCommand | None:
               "(tests/v1/kv_connector/nixl_integration/), not in the image: copy it beside the command "
               "(or into a ConfigMap mounted in the front's pod)"),)
     return LaunchCommand(argv, IMAGE.format(version=front.engine_version), notes=notes, health_path="/healthcheck")
+
+
+# What a Dynamo worker does not take from `vllm serve`: it serves no HTTP (the Frontend does), sets
+# up NIXL itself for P/D, and the operator places multi-node ranks.
+_NOT_FOR_DYNAMO = {"--host", "--port", "--kv-transfer-config", "--nnodes", "--node-rank", "--master-addr",
+                   "--data-parallel-size-local", "--data-parallel-address", "--data-parallel-rpc-port"}
+
+
+def vllm_dynamo_worker(launch: RoleLaunch, command: LaunchCommand) -> tuple[str, tuple[str, ...]]:
+    """Dynamo 1.x's vLLM worker (`python -m dynamo.vllm`): vLLM's engine flags, the model as --model,
+    and the role as --disaggregation-mode."""
+    args = ["--model", launch.model_path, *without_flags(command.argv[3:], _NOT_FOR_DYNAMO)]
+    if launch.disaggregated:
+        args += ["--disaggregation-mode", launch.role]
+    return "dynamo.vllm", tuple(args)
