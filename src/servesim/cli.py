@@ -236,13 +236,15 @@ def deploy(
                                          "frontier, one subfolder each.")] = False,
     stack: Annotated[str, typer.Option("--stack", metavar="plain|llm-d|dynamo", help="Also write llm-d "
                                        "Helm values or a Dynamo graph deployment.")] = "plain",
+    print_: Annotated[bool, typer.Option("--print", help="Print the scripts instead of writing the "
+                                         "folder.")] = False,
 ) -> None:
     """Write each role's engine launch command, Kubernetes manifests and the benchmark that measures the
     simulated workload, for a config or a sweep's trials."""
     from servesim.deploy.command import deploy as write_deploy
 
     try:
-        write_deploy(config, out, set_, model_path, served_model_name, trial, pareto, stack=stack)
+        write_deploy(config, out, set_, model_path, served_model_name, trial, pareto, stack=stack, show=print_)
     except ServesimError as err:
         _fail(str(err))
 

@@ -337,6 +337,28 @@ CASES: list[Case] = [
                                              "s.yaml": json.dumps({"parameters": {"seed": [0]}}),
                                              "sweep/trials.csv": "mine"},
          _sweep(None), check=_intact("sweep/trials.csv", "mine")),
+    # ------------------------------------------------------------------ cost and deploy
+    Case("cost-unknown-gpu", "cost", {"c.yaml": cfg_text(cost={"gpu_price_per_hour": {"h1000": 2.0}}),
+                                      "trace.jsonl": TRACE}, run_case()),
+    Case("cost-price-missing", "cost", {"c.yaml": cfg_text(cost={"gpu_price_per_hour": {"b200": 2.0}}),
+                                        "trace.jsonl": TRACE}, run_case()),
+    Case("cost-price-string", "cost", {"c.yaml": cfg_text(cost={"gpu_price_per_hour": {"h100": "2"}}),
+                                       "trace.jsonl": TRACE}, run_case()),
+    Case("cost-power-inverted", "cost", {"c.yaml": cfg_text(cost={"gpu_power_w": {"h100": {"idle_w": 900,
+                                                                                          "busy_w": 700}}}),
+                                         "trace.jsonl": TRACE}, run_case()),
+    Case("deploy-stack-unknown", "deploy", {"c.yaml": cfg_text(), "trace.jsonl": TRACE},
+         ["deploy", "{d}/c.yaml", "--out", "{d}/out", "--stack", "helm"], check=_no_file("out")),
+    Case("deploy-trial-on-config", "deploy", {"c.yaml": cfg_text(), "trace.jsonl": TRACE},
+         ["deploy", "{d}/c.yaml", "--out", "{d}/out", "--trial", "1"], check=_no_file("out")),
+    Case("deploy-folder-not-sweep", "deploy", {"c.yaml": cfg_text(), "trace.jsonl": TRACE, "sw": DIR},
+         ["deploy", "{d}/sw", "--out", "{d}/out", "--pareto"], check=_no_file("out")),
+    Case("deploy-sweep-db-garbage", "deploy", {"sw/trials.sqlite": "not a database"},
+         ["deploy", "{d}/sw", "--out", "{d}/out", "--trial", "0"], check=_no_file("out")),
+    Case("deploy-vllm-partial-ep", "deploy",
+         {"c.yaml": cfg_text(model="deepseek-r1", gpu="h200", engine__workers={"aggregated": {"tp": 8, "ep": 4}}),
+          "trace.jsonl": TRACE},
+         ["deploy", "{d}/c.yaml", "--out", "{d}/out"], check=_no_file("out")),
 ]
 
 
@@ -390,6 +412,11 @@ SAYS = {
     "passes-over-config": "is an input of this run", "passes-over-trace": "is an input of this run",
     "passes-over-cli-trace": "is an input of this run", "passes-over-summary": "writes into --out",
     "sweep-out-user-files": "servesim did not write",
+    "cost-unknown-gpu": "unknown GPU 'h1000'", "cost-price-missing": "no price for h100-sxm",
+    "cost-price-string": "gpu_price_per_hour", "cost-power-inverted": "idle_w (900.0) is larger",
+    "deploy-stack-unknown": "--stack must be one of", "deploy-trial-on-config": "give its folder",
+    "deploy-folder-not-sweep": "neither a config file nor a sweep folder",
+    "deploy-sweep-db-garbage": "not a servesim sweep database", "deploy-vllm-partial-ep": "is not tp × attention_dp",
 }
 
 

@@ -79,9 +79,12 @@ def _bounds(length) -> tuple[int, int]:
 
 def _common_ratio(ranges: list[tuple[int, int]]) -> float | None:
     """The one ratio r whose intervals are both ranges (fixed lengths: 0)."""
-    candidates = {0.0} if all(low == high for low, high in ranges) else {
-        round((high - low) / (high + low), 6) for low, high in ranges if low != high}
-    for ratio in sorted(candidates):
+    if all(low == high for low, high in ranges):
+        return 0.0
+    # The shortest decimal that gives both intervals (users write --random-range-ratio 0.2, not 0.200195).
+    exact = [(high - low) / (high + low) for low, high in ranges if low != high]
+    candidates = [round(r, digits) for digits in range(1, 7) for r in exact]
+    for ratio in candidates:
         if all(_centre(low, high, ratio) is not None for low, high in ranges):
             return ratio
     return None

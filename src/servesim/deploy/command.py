@@ -9,14 +9,14 @@ from servesim.config import parse_override
 from servesim.config.loading import load_config
 from servesim.deploy.plan import DeployPlan, deploy_plan
 from servesim.deploy.sweeps import sweep_trial_configs
-from servesim.deploy.writer import write_deploy_files
+from servesim.deploy.writer import printed_plan, write_deploy_files
 from servesim.errors import ServesimError
 from servesim.metrics.output import AtomicFiles
 
 
 def deploy(config: Path | dict | None, out: Path, set_: list[str] | None, model_path: str | None,
            served_model_name: str | None, trial: int | None = None, pareto: bool = False,
-           announce: bool = True, stack: str = "plain") -> list[DeployPlan]:
+           announce: bool = True, stack: str = "plain", show: bool = False) -> list[DeployPlan]:
     """Write the deploy folder (one subfolder per trial for --pareto); ServesimError on bad input."""
     overrides = [(*parse_override(item)[:2], "--set " + item.split("=", 1)[0].strip()) for item in set_ or []]
     if isinstance(config, dict):
@@ -30,6 +30,10 @@ def deploy(config: Path | dict | None, out: Path, set_: list[str] | None, model_
         sources = [("", config)]
     plans = [(sub, deploy_plan(load_config(source, overrides), model_path, served_model_name))
              for sub, source in sources]
+    if show:   # --print: the scripts on stdout, nothing written
+        for sub, plan in plans:
+            sys.stdout.write(printed_plan(plan, sub))
+        return [plan for _, plan in plans]
     files = AtomicFiles()
     try:
         files.stage_folder(out)

@@ -36,7 +36,8 @@ def stack_files(plan: DeployPlan, stack: str) -> dict[str, str]:
 
 
 def llm_d_values(plan: DeployPlan) -> dict:
-    if plan.run.backend.name != "vllm":
+    command = plan.run.backend.llm_d_model_command
+    if command is None:
         raise ServesimError(f"--stack llm-d writes llm-d-modelservice values for vLLM servers; this config runs "
                             f"{plan.run.backend.label} (use --stack plain or dynamo)")
     roles = {role.spec.name: role for role in plan.roles}
@@ -48,13 +49,13 @@ def llm_d_values(plan: DeployPlan) -> dict:
         "accelerator": {"type": "nvidia"},
     }
     decode = roles.get("decode") or roles["aggregated"]
-    values["decode"] = _llm_d_role(decode)
+    values["decode"] = _llm_d_role(decode, command)
     prefill = roles.get("prefill")
-    values["prefill"] = _llm_d_role(prefill) if prefill is not None else {"create": False}
+    values["prefill"] = _llm_d_role(prefill, command) if prefill is not None else {"create": False}
     return values
 
 
-def _llm_d_role(role: RolePlan) -> dict:
+def _llm_d_role(role: RolePlan, command: str) -> dict:
     argv = role.command.argv[3:]   # after "vllm serve MODEL"
     args, i = [], 0
     while i < len(argv):
@@ -67,7 +68,7 @@ def _llm_d_role(role: RolePlan) -> dict:
     return {
         "create": True, "replicas": role.spec.count,
         "parallelism": {"tensor": role.launch.tp, "data": role.launch.attention_dp},
-        "containers": [{"name": "vllm", "image": role.command.image, "modelCommand": "vllmServe", "args": args,
+        "containers": [{"name": "vllm", "image": role.command.image, "modelCommand": command, "args": args,
                         "env": [{"name": k, "value": v} for k, v in role.command.env],
                         "resources": {"limits": {"nvidia.com/gpu": str(gpus)},
                                       "requests": {"nvidia.com/gpu": str(gpus)}},

@@ -42,6 +42,20 @@ def write_deploy_files(plan: DeployPlan, out: Path, files: AtomicFiles, stack: s
     return list(written)
 
 
+def printed_plan(plan: DeployPlan, sub: str = "") -> str:
+    """What `servesim deploy --print` shows: each script under its file name."""
+    where = f"{sub}/" if sub else ""
+    parts = [(f"launch_{role.spec.name}.sh", _launch_script(plan, role)) for role in plan.roles]
+    for role in plan.roles:
+        parts += list(role.command.files)
+    if plan.front is not None:
+        parts.append(("launch_front.sh", _script(plan, [_command_line(plan.front.argv)])))
+        parts += list(plan.front.files)
+    if plan.benchmark.argv is not None:
+        parts.append(("benchmark.sh", _script(plan, [_command_line(plan.benchmark.argv)])))
+    return "".join(f"==> {where}{name} <==\n{text}\n" for name, text in parts)
+
+
 def plan_json(plan: DeployPlan) -> dict:
     return {
         "engine": plan.run.backend.name, "engine_version": plan.run.engine_version,

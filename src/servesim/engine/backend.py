@@ -145,6 +145,9 @@ class Backend:
     # name for it (None: `servesim deploy --stack dynamo` cannot write one).
     dynamo_worker: Callable[[Any, Any], tuple[str, tuple[str, ...]]] | None = None
     dynamo_runtime: str = ""
+    # The llm-d-modelservice chart's modelCommand that writes its server line (None: the chart
+    # has none for it, and `servesim deploy --stack llm-d` refuses).
+    llm_d_model_command: str | None = None
 
     @property
     def newest_version(self) -> str:

@@ -92,4 +92,5 @@ VLLM = Backend(
     front=vllm_front,
     dynamo_worker=vllm_dynamo_worker,
     dynamo_runtime="vllm",
+    llm_d_model_command="vllmServe",
 )
