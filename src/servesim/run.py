@@ -97,7 +97,7 @@ def simulate(
     profile_given = getattr(loaded.config.engine.timing, "profile", None) is not None
     run = resolve(loaded)   # the run spec: what every part below reads
     cfg = run.config        # its resolved config: the workload, client and SLO blocks, and Result.config
-    check_cost(cfg.cost, [run.gpu])
+    check_cost(cfg.cost, [role.deployment.gpu for role in run.roles.values()])
     requests, trace_info = _load_requests(run)
     limits.check_requests(requests, cfg, run.source)
     client = make_client(cfg.workload.client, requests, run.seed, total=synthetic_count(cfg.workload))
@@ -147,9 +147,12 @@ def simulate(
 
 def _worker_power_inputs(run: RunSpec, sim) -> list[tuple]:
     """(GPU, GPUs, busy fraction) of each worker, for metrics/cost.py."""
-    return [(run.gpu, run.roles[name].tp * run.roles[name].pp * run.roles[name].attention_dp,
-             worker.busy_ns / sim.now if sim.now else 0.0)
-            for name, role in sim.roles.items() for worker in role.workers]
+    out = []
+    for name, role in sim.roles.items():
+        spec = run.roles[name]
+        out += [(spec.deployment.gpu, spec.tp * spec.pp * spec.attention_dp,
+                 worker.busy_ns / sim.now if sim.now else 0.0) for worker in role.workers]
+    return out
 
 
 def _mean_acceptance_length(roles) -> float | None:

@@ -51,7 +51,7 @@ def _workload(plan: DeployPlan, role: RolePlan) -> dict:
     name = _name(plan, role)
     launch, command = role.launch, role.command
     gpus_per_pod = min(launch.gpus, launch.gpus_per_host)
-    product = plan.run.gpu.device_name.replace(" ", "-")
+    product = role.spec.deployment.gpu.device_name.replace(" ", "-")
     files = name if command.files else None
     leader = _container(name, command.image, command.argv, launch.port, command.health_path, gpus_per_pod,
                         command.env, files=bool(files))

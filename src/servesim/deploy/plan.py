@@ -78,7 +78,8 @@ def _role_launch(loaded: LoadedConfig, spec: RunSpec, role: RoleSpec, model_path
     return RoleLaunch(
         role=role.name, engine_version=spec.engine_version, model_path=model_path, served_model_name=name,
         port=ROLE_PORTS[role.name] if spec.disaggregated else FRONT_PORT,
-        tp=role.tp, pp=role.pp, ep=role.ep, attention_dp=role.attention_dp, gpus_per_host=spec.gpu.gpus_per_host,
+        tp=role.tp, pp=role.pp, ep=role.ep, attention_dp=role.attention_dp,
+        gpus_per_host=role.deployment.gpu.gpus_per_host,
         gpu_memory_utilization=resolved_role.gpu_memory_utilization, scheduler=sched, pinned=pinned,
         speculative=role.speculative, kv_offload=role.kv_offload, precision=deployment.precision,
         checkpoint_precision=deployment.arch.native_dtype, kv_cache_dtype=loaded.config.kv_cache_dtype,

@@ -110,7 +110,7 @@ def readme(plan: DeployPlan) -> str:
              f"Written by `servesim deploy` from {run.source}. Each script starts one replica of its role with "
              "the settings the simulation used; `plan.json` holds the same commands.", "", "## Roles", ""]
     for role in plan.roles:
-        lines.append(f"- `launch_{role.spec.name}.sh`: {role.spec.count} × {role.launch.gpus} {run.gpu.name} "
+        lines.append(f"- `launch_{role.spec.name}.sh`: {role.spec.count} × {role.launch.gpus} {role.spec.deployment.gpu.name} "
                      f"GPU(s) (tp {role.launch.tp}, attention dp {role.launch.attention_dp}, ep {role.launch.ep}), "
                      f"image `{role.command.image}`, port {role.launch.port}, health check `{role.command.health_path}`")
     if run.disaggregated:
