@@ -213,7 +213,7 @@ def test_benchmark_inverts_the_random_dataset():
 
 @pytest.mark.parametrize("lengths,why", [
     ({"input_length": {"min": 900, "max": 1100}, "output_length": {"min": 100, "max": 300}}, "range-ratio"),
-    ({"lengths_from": "x.csv", "lengths_format": "azure"}, "trace"),
+    ({"lengths_from": "x.csv", "lengths_format": "azure"}, "resamples a file"),
 ])
 def test_benchmark_refuses_what_the_random_dataset_cannot_send(lengths, why):
     config = load_config({"workload": {"synthetic": {"num_requests": 10, **lengths},
@@ -466,3 +466,20 @@ def test_dynamo_graph():
 def test_stacks_refused(case, stack, message):
     with pytest.raises(ServesimError, match=message):
         stack_files(_plan(CASES[case]), stack)
+
+
+def test_a_mooncake_trace_is_measured_with_aiperf(tmp_path):
+    trace = tmp_path / "t.jsonl"
+    trace.write_text('{"timestamp": 0, "input_length": 600, "output_length": 4, "hash_ids": [1, 2]}\n')
+    config = {"workload": {"trace": str(trace), "format": "mooncake", "trace_block_size": 512,
+                           "max_requests": 1, "client": {"mode": "open_loop", "time_scale": 0.5}}}
+    bench = _plan(config).benchmark
+    flags = _flags(bench.argv)
+    assert bench.argv[:2] == ("aiperf", "profile") and flags["--input-file"] == str(trace)
+    assert (flags["--custom-dataset-type"], flags["--prompt-input-tokens-block-size"]) == ("mooncake_trace", "512")
+    # time_scale 0.5 halves the gaps: aiperf's speed-up ratio 1 / 0.5 = 2.
+    assert flags["--fixed-schedule"] is True and flags["--synthesis-speedup-ratio"] == "2.0"
+    assert flags["--request-count"] == "1"
+    # The embedded default replays an Azure CSV, which aiperf does not read.
+    default = deploy_plan(load_config(None)).benchmark
+    assert default.argv is None and "azure trace" in default.notes[0]

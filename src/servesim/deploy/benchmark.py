@@ -25,12 +25,15 @@ class BenchmarkCommand:
     notes: tuple[str, ...]
 
 
-def benchmark_command(config, base_url: str, served_model_name: str, tokenizer: str) -> BenchmarkCommand:
+def benchmark_command(config, base_url: str, served_model_name: str, tokenizer: str,
+                      trace_path=None) -> BenchmarkCommand:
     workload = config.workload
     synthetic = workload.synthetic
+    if workload.trace is not None:
+        return _trace_replay(config, base_url, served_model_name, tokenizer, trace_path)
     if synthetic is None or synthetic.lengths_from is not None:
-        return BenchmarkCommand(None, ("the workload replays a trace or resamples a file's lengths; `vllm bench "
-                                       "serve`'s random dataset cannot send it as servesim replays it",))
+        return BenchmarkCommand(None, ("the workload resamples a file's lengths; `vllm bench serve`'s random "
+                                       "dataset cannot send it as servesim replays it",))
     lengths = _random_flags(synthetic)
     if lengths is None:
         return BenchmarkCommand(None, ("the input and output length ranges are not one `--random-range-ratio` "
@@ -135,3 +138,34 @@ def _goodput(slo) -> list[str]:
     parts = [f"{name}:{json_or_str(value)}" for name, value in
              (("ttft", slo.ttft_ms), ("tpot", slo.tpot_ms), ("e2el", slo.e2e_ms)) if value is not None]
     return ["--goodput", *parts] if parts else []
+
+
+def _trace_replay(config, base_url: str, served_model_name: str, tokenizer: str, trace_path) -> BenchmarkCommand:
+    """A Mooncake trace through aiperf (ai-dynamo/aiperf `aiperf profile`): its mooncake_trace dataset
+    expands each line's hash ids into prompt blocks of --prompt-input-tokens-block-size tokens, as
+    servesim's trace_block_size does, and --fixed-schedule sends each at its timestamp."""
+    workload = config.workload
+    if workload.format != "mooncake":
+        return BenchmarkCommand(None, (f"the workload replays a {workload.format} trace; aiperf replays Mooncake "
+                                       "traces (convert it to Mooncake JSONL to measure it)",))
+    client = workload.client
+    argv = ["aiperf", "profile", "--model", served_model_name, "--tokenizer", tokenizer, "--url", base_url,
+            "--endpoint-type", "completions", "--streaming", "--input-file", str(trace_path),
+            "--custom-dataset-type", "mooncake_trace", "--prompt-input-tokens-block-size",
+            str(workload.trace_block_size), "--extra-inputs", "ignore_eos:true", "--random-seed", str(config.seed)]
+    if client.mode == "open_loop":
+        argv += ["--fixed-schedule", "--fixed-schedule-auto-offset"]
+        if client.time_scale != 1.0:
+            # servesim multiplies the gaps by time_scale; aiperf divides them by its speed-up ratio.
+            argv += ["--synthesis-speedup-ratio", json_or_str(1 / client.time_scale)]
+    elif client.mode == "closed_loop":
+        argv += ["--concurrency", str(client.concurrency)]
+    else:
+        return BenchmarkCommand(None, (f"the {client.mode} client over a trace has no aiperf counterpart",))
+    if workload.max_requests is not None:
+        argv += ["--request-count", str(workload.max_requests)]
+    if workload.warmup_requests:
+        argv += ["--warmup-request-count", str(workload.warmup_requests)]
+    argv += ["--output-artifact-dir", "aiperf"]
+    return BenchmarkCommand(tuple(argv), ("aiperf writes aiperf/profile_export_aiperf.json (and the per-request "
+                                          "profile_export.jsonl) for servesim validate",))

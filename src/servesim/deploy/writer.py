@@ -10,6 +10,7 @@ import json
 import shlex
 from pathlib import Path
 
+from servesim.deploy.benchmark import RESULT_FILE
 from servesim.deploy.manifests import manifests
 from servesim.deploy.stacks import stack_files
 from servesim.deploy.plan import FRONT_PORT, DeployPlan, RolePlan
@@ -136,7 +137,8 @@ def readme(plan: DeployPlan) -> str:
     if plan.benchmark.argv is None:
         lines += [f"No benchmark command: {plan.benchmark.notes[0]}."]
     else:
-        lines += ["`benchmark.sh` sends the simulated workload and saves `result.json`; compare it with the "
-                  "simulation:", "", "```", f"servesim validate result.json --config {run.source}", "```"]
+        result = "aiperf/profile_export_aiperf.json" if plan.benchmark.argv[0] == "aiperf" else RESULT_FILE
+        lines += [f"`benchmark.sh` sends the simulated workload and saves `{result}`; compare it with the "
+                  "simulation:", "", "```", f"servesim validate {result} --config {run.source}", "```"]
         lines += [f"- {note}" for note in plan.benchmark.notes]
     return "\n".join(lines) + "\n"
