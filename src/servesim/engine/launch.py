@@ -136,3 +136,17 @@ def without_flags(argv, flags: set[str]) -> list[str]:
             out.extend(argv[i:i + 2] if has_value else [word])
         i += 2 if has_value else 1
     return out
+
+
+def precision_flags(cmd: ArgvBuilder, launch: RoleLaunch, label: str, kv_dtypes: dict[str, str]) -> None:
+    """`--quantization fp8` for fp8 weights from a bf16 checkpoint (vLLM and SGLang quantize on load),
+    a note for formats that need a checkpoint quantized ahead, and `--kv-cache-dtype` in the engine's
+    spelling (`kv_dtypes`)."""
+    if launch.precision != launch.checkpoint_precision:
+        if launch.precision == "fp8":
+            cmd.add("--quantization", "fp8")
+        else:
+            cmd.note("model", f"the simulation ran {launch.precision} weights, which {label} loads from a "
+                     "checkpoint quantized ahead (pass its path with --model-path)")
+    if launch.kv_cache_dtype != "auto":
+        cmd.add("--kv-cache-dtype", kv_dtypes[launch.kv_cache_dtype])

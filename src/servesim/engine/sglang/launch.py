@@ -11,7 +11,7 @@ SGLang reads them from.
 
 from __future__ import annotations
 
-from servesim.engine.launch import ArgvBuilder, FrontLaunch, LaunchCommand, RoleLaunch, unsupported, without_flags
+from servesim.engine.launch import ArgvBuilder, FrontLaunch, LaunchCommand, RoleLaunch, precision_flags, unsupported, without_flags
 
 IMAGE = "lmsysorg/sglang:v{version}"
 _KV_DTYPE = {"fp8": "fp8_e4m3", "bf16": "bf16"}
@@ -26,7 +26,7 @@ def sglang_launch(launch: RoleLaunch) -> LaunchCommand:
     cmd.add("--host", "0.0.0.0")
     cmd.add("--port", launch.port)
     _parallelism(cmd, launch)
-    _precision(cmd, launch)
+    precision_flags(cmd, launch, "SGLang", _KV_DTYPE)
     cmd.add("--max-running-requests", sched.max_running_requests)
     cmd.add("--chunked-prefill-size", sched.chunked_prefill_size)
     cmd.add("--max-prefill-tokens", sched.max_prefill_tokens)
@@ -57,17 +57,6 @@ def _parallelism(cmd: ArgvBuilder, launch: RoleLaunch) -> None:
         cmd.add("--ep-size", launch.ep)
     if launch.pp > 1:
         cmd.add("--pp-size", launch.pp)
-
-
-def _precision(cmd: ArgvBuilder, launch: RoleLaunch) -> None:
-    if launch.precision != launch.checkpoint_precision:
-        if launch.precision == "fp8":
-            cmd.add("--quantization", "fp8")
-        else:
-            cmd.note("model", f"the simulation ran {launch.precision} weights, which SGLang loads from a "
-                     "checkpoint quantized ahead (pass its path with --model-path)")
-    if launch.kv_cache_dtype != "auto":
-        cmd.add("--kv-cache-dtype", _KV_DTYPE[launch.kv_cache_dtype])
 
 
 def _kv_size(cmd: ArgvBuilder, launch: RoleLaunch) -> None:

@@ -8,7 +8,7 @@ take one JSON string. docs/deploy.md lists each flag with the servesim key it co
 
 from __future__ import annotations
 
-from servesim.engine.launch import ArgvBuilder, FrontLaunch, LaunchCommand, RoleLaunch, unsupported, without_flags
+from servesim.engine.launch import ArgvBuilder, FrontLaunch, LaunchCommand, RoleLaunch, precision_flags, unsupported, without_flags
 
 IMAGE = "vllm/vllm-openai:v{version}"
 _KV_DTYPE = {"fp8": "fp8", "bf16": "bfloat16"}
@@ -23,7 +23,7 @@ def vllm_launch(launch: RoleLaunch) -> LaunchCommand:
     cmd.add("--host", "0.0.0.0")
     cmd.add("--port", launch.port)
     _parallelism(cmd, launch)
-    _precision(cmd, launch)
+    precision_flags(cmd, launch, "vLLM", _KV_DTYPE)
     cmd.add("--max-num-seqs", sched.max_num_seqs)
     cmd.add("--max-num-batched-tokens", sched.max_num_batched_tokens)
     cmd.add("--max-model-len", sched.max_model_len)
@@ -61,17 +61,6 @@ def _parallelism(cmd: ArgvBuilder, launch: RoleLaunch) -> None:
                               f"({launch.tp * launch.attention_dp}); --enable-expert-parallel spreads "
                               "experts over all of them")
         cmd.add("--enable-expert-parallel")
-
-
-def _precision(cmd: ArgvBuilder, launch: RoleLaunch) -> None:
-    if launch.precision != launch.checkpoint_precision:
-        if launch.precision == "fp8":
-            cmd.add("--quantization", "fp8")   # quantized on load from the bf16 checkpoint
-        else:
-            cmd.note("model", f"the simulation ran {launch.precision} weights, which vLLM loads from a "
-                     f"checkpoint quantized ahead (pass its path with --model-path)")
-    if launch.kv_cache_dtype != "auto":
-        cmd.add("--kv-cache-dtype", _KV_DTYPE[launch.kv_cache_dtype])
 
 
 def _kv_size(cmd: ArgvBuilder, launch: RoleLaunch) -> None:
