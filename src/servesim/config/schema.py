@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_serializer, model_validator
 
 from servesim.config.cost import CostConfig
 from servesim.engine.registry import BACKENDS, DEFAULT_BACKEND
@@ -448,3 +448,11 @@ class SimulationConfig(StrictModel):
     workload: WorkloadConfig
     slo: SloConfig = Field(default_factory=SloConfig)
     cost: CostConfig = Field(default_factory=CostConfig)
+
+    @model_serializer(mode="wrap")
+    def _omit_empty_cost(self, handler):
+        # Written only when given: configs without prices or power dump (and hash) as before.
+        data = handler(self)
+        if isinstance(data, dict) and not (self.cost.gpu_price_per_hour or self.cost.gpu_power_w):
+            data.pop("cost", None)
+        return data
