@@ -99,6 +99,29 @@ def check_config(cfg: Any, source: str) -> None:
                              f"{source}: workload.synthetic.{name}")
                 mean_tokens += length if isinstance(length, int) else (length.min + length.max) / 2
         check_total_tokens(count * mean_tokens, f"{source}: workload.synthetic")
+    if workload.sessions is not None:
+        check_sessions(workload.sessions, f"{source}: workload.sessions")
+
+
+def _longest(length: Any) -> int:
+    return length if isinstance(length, int) else length.max
+
+
+def _mean(length: Any) -> float:
+    return length if isinstance(length, int) else (length.min + length.max) / 2
+
+
+def check_sessions(sessions: Any, where: str) -> None:
+    """Turns, one turn's prompt at its longest (the whole session before it), and the tokens
+    of every prompt and output (turn k's prompt holds the k turns before it: quadratic)."""
+    turns = _longest(sessions.turns)
+    check_request_count(sessions.num_sessions * turns, f"{where}: num_sessions times turns")
+    first = sessions.first_input_length or sessions.input_length
+    per_turn = _longest(sessions.input_length) + _longest(sessions.output_length)
+    check_tokens(_longest(first) + (turns - 1) * per_turn, f"{where}: a session's last prompt")
+    mean_turns = _mean(sessions.turns)
+    mean_turn = _mean(sessions.input_length) + _mean(sessions.output_length)
+    check_total_tokens(sessions.num_sessions * mean_turns * (mean_turns + 1) / 2 * mean_turn, where)
 
 
 def check_total_tokens(total: float, what: str) -> None:
@@ -143,6 +166,8 @@ def check_requests(requests: Any, cfg: Any, source: str) -> None:
         check_arrivals(requests, cfg, source)
         check_total_tokens(sum(r.input_length + r.output_length for r in requests), f"{source}: the trace")
         count = len(requests)
+    elif cfg.workload.sessions is not None:
+        count = cfg.workload.sessions.num_sessions   # the client's arrivals are sessions
     else:
         count = min(cfg.workload.synthetic.num_requests, cfg.workload.max_requests or MAX_REQUESTS)
     check_poisson(count, cfg, source)

@@ -22,7 +22,9 @@ from servesim.metrics.summary import DEFAULT_PERCENTILES, check_percentiles, sum
 from servesim.config.resolution import resolve
 from servesim.config.run_spec import RunSpec
 from servesim.workload.clients import make_client
-from servesim.workload.synthetic import generate, synthetic_count
+from servesim.metrics.sessions import session_table
+from servesim.workload.sessions import session_client
+from servesim.workload.synthetic import content_block_size, generate, synthetic_count
 from servesim.workload.trace import TraceRequest, file_sha256, load_trace
 
 
@@ -36,10 +38,14 @@ class Result:
     timelines: dict[str, dict[str, list]] = field(default_factory=dict)
     # simulate(detailed=True): each measured request's output delivery times (ns), by request id.
     token_times: dict[int, Any] | None = None
+    # workload.sessions: one row per session (metrics/sessions.py), for sessions.csv.
+    sessions: Any = None
 
 
 def _load_requests(run: RunSpec) -> tuple[Iterable[TraceRequest], dict[str, Any]]:
     workload = run.config.workload
+    if workload.sessions is not None:   # made turn by turn by the client (workload/sessions.py)
+        return (), {"trace": None, "trace_format": "sessions", "trace_sha256": None}
     if run.trace_path is not None:
         # One past the limit, so a longer trace is refused without being read whole.
         requests, fmt = load_trace(run.trace_path, workload.format, workload.max_requests or limits.MAX_REQUESTS + 1)
@@ -86,6 +92,7 @@ def simulate(
     if trace is not None:
         overrides.append(("workload.trace", str(Path(trace).resolve())))
         overrides.append(("workload.synthetic", None))
+        overrides.append(("workload.sessions", None))
     if seed is not None:
         overrides.append(("seed", seed))
     percentiles = DEFAULT_PERCENTILES if percentiles is None else check_percentiles(percentiles)
@@ -98,7 +105,11 @@ def simulate(
     cfg = run.config        # its resolved config: the workload, client and SLO blocks, and Result.config
     requests, trace_info = _load_requests(run)
     limits.check_requests(requests, cfg, run.source)
-    client = make_client(cfg.workload.client, requests, run.seed, total=synthetic_count(cfg.workload))
+    if cfg.workload.sessions is not None:
+        client = session_client(cfg.workload.sessions, cfg.workload.client, run.seed,
+                                content_block_size(cfg.workload))
+    else:
+        client = make_client(cfg.workload.client, requests, run.seed, total=synthetic_count(cfg.workload))
 
     collector = Collector(pass_log, run.warmup_requests, token_times=detailed)
     engines = choose_engines(run, pass_log is not None, detailed)
@@ -106,6 +117,8 @@ def simulate(
 
     if isinstance(requests, list):
         total = len(requests)
+    elif cfg.workload.sessions is not None:
+        total = client.source.total_turns   # as planned: a rejected turn ends its session early
     else:
         total = min(cfg.workload.synthetic.num_requests, cfg.workload.max_requests or 1 << 62)
     if run.warmup_requests >= total:
@@ -138,8 +151,12 @@ def simulate(
         "workers": collector.worker_summaries(sim.now),
     })
     notes = report_run(summary, records, run, sim, requests, profile_given, engines)
+    sessions = None
+    if cfg.workload.sessions is not None:
+        sessions = session_table(records, client.source.log)
+        summary["sessions"] = sessions.summary()
     return Result(summary=summary, requests=records, config=cfg, warnings=notes, timelines=collector.timelines(),
-                  token_times=collector.token_times)
+                  token_times=collector.token_times, sessions=sessions)
 
 
 def _mean_acceptance_length(roles) -> float | None:

@@ -11,8 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_serializer, model_validator
 
+from servesim.config.sessions import SessionsConfig, check_sessions_client
 from servesim.engine.registry import BACKENDS, DEFAULT_BACKEND
 from servesim.schema_base import (
     NonNegativeFloat,
@@ -325,6 +326,7 @@ class LengthRange(StrictModel):
 
 
 Length = Union[PositiveInt, LengthRange]
+SessionsConfig.model_rebuild(_types_namespace={"Length": Length, "LengthRange": LengthRange})
 
 
 class SyntheticConfig(StrictModel):
@@ -414,6 +416,7 @@ TRACE_FORMATS = ("mooncake", "azure", "vidur", "servesim-jsonl")
 class WorkloadConfig(StrictModel):
     trace: str | None = None
     synthetic: SyntheticConfig | None = None
+    sessions: SessionsConfig | None = None   # config/sessions.py
     format: Literal["mooncake", "azure", "vidur", "servesim-jsonl"] | None = None
     trace_block_size: PositiveInt = 512
     max_requests: PositiveInt | None = None
@@ -423,9 +426,19 @@ class WorkloadConfig(StrictModel):
 
     @model_validator(mode="after")
     def _one_source(self) -> WorkloadConfig:
-        if (self.trace is None) == (self.synthetic is None):
-            raise ValueError("give exactly one of workload.trace and workload.synthetic")
+        if sum(source is not None for source in (self.trace, self.synthetic, self.sessions)) != 1:
+            raise ValueError("give exactly one of workload.trace, workload.synthetic and workload.sessions")
+        if self.sessions is not None:
+            check_sessions_client(self.sessions, self.client, self.max_requests)
         return self
+
+    @model_serializer(mode="wrap")
+    def _omit_absent_sessions(self, handler):
+        # Written only when given: configs without sessions dump (and hash) as before.
+        data = handler(self)
+        if self.sessions is None and isinstance(data, dict):
+            data.pop("sessions", None)
+        return data
 
 
 class SloConfig(StrictModel):

@@ -91,7 +91,7 @@ class BlockKeys:
     def __init__(
         self,
         request_id: int,
-        input_length: int,
+        input_length: int,   # the tokens hash_ids may cover (TraceRequest.content_length, else the prompt)
         hash_ids: tuple[int, ...] | None,
         block_size: int,
         trace_block_size: int,

@@ -43,6 +43,9 @@ class TraceRequest:
     hash_ids: tuple[int, ...] | None = None
     session_id: str | None = None
     trace_id: str | None = None   # the trace's own id (servesim-jsonl `request_id`), kept for requests.csv
+    # Tokens hash_ids stand for: None, the prompt's only (its output is its own); a session
+    # turn's (workload/sessions.py) cover its output too, which the next turn's prompt holds.
+    content_length: int | None = None
 
 
 class TraceError(ServesimError):
