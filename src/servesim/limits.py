@@ -22,6 +22,7 @@ MAX_PASS_MS = 3_600_000.0          # one hour: any fixed duration of one pass, t
 MAX_PER_TOKEN_MS = 1_000.0         # per-token (or per-request) costs of the polynomial timing
 MAX_REQUESTS = 10_000_000          # requests in one run (a trace, or synthetic num_requests)
 MAX_REQUEST_TOKENS = 100_000_000   # input or output tokens of one request (10× the longest context)
+MAX_THINK_S = 604_800.0           # one think time of a session (a week)
 MAX_HASH_IDS = 1_000_000           # prefix blocks listed by one trace request
 # Input plus output tokens of the whole workload: the default's 2.4 million take 0.2 s, so
 # ten billion take tens of minutes; more would take hours.
@@ -115,7 +116,16 @@ def check_sessions(sessions: Any, where: str) -> None:
     """Turns, one turn's prompt at its longest (the whole session before it), and the tokens
     of every prompt and output (turn k's prompt holds the k turns before it: quadratic)."""
     turns = _longest(sessions.turns)
-    check_request_count(sessions.num_sessions * turns, f"{where}: num_sessions times turns")
+    if sessions.num_sessions * turns > MAX_REQUESTS:
+        raise ServesimError(f"{where}: {sessions.num_sessions:,} sessions of up to {turns:,} turns are up to "
+                            f"{sessions.num_sessions * turns:,} requests; servesim simulates at most "
+                            f"{MAX_REQUESTS:,} per run")
+    think = sessions.think_time
+    typical = {"fixed": "seconds", "exponential": "mean_s", "lognormal": "median_s"}[think.distribution]
+    typical = getattr(think, typical)
+    if typical > MAX_THINK_S:
+        raise ServesimError(f"{where}: think_time of {typical:g} s is past servesim's limit of "
+                            f"{MAX_THINK_S:,.0f} s (a week)")
     first = sessions.first_input_length or sessions.input_length
     per_turn = _longest(sessions.input_length) + _longest(sessions.output_length)
     check_tokens(_longest(first) + (turns - 1) * per_turn, f"{where}: a session's last prompt")

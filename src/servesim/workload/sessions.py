@@ -33,6 +33,8 @@ import numpy as np
 
 from servesim.config.schema import BenchClient, ClientConfig, LengthRange
 from servesim.config.sessions import ExponentialThinkTime, FixedThinkTime, SessionsConfig
+from servesim.errors import ServesimError
+from servesim.limits import MAX_THINK_S
 from servesim.seeds import rng_for
 from servesim.workload.clients import Client, GatedSchedule, make_client
 from servesim.workload.trace import NS_PER_S, TraceRequest
@@ -113,7 +115,11 @@ class SessionSource:
             seconds = self._rng.exponential(think.mean_s, size=count)
         else:
             seconds = self._rng.lognormal(math.log(think.median_s), think.sigma, size=count)
-        return [round(s * NS_PER_S) for s in seconds.tolist()]
+        drawn = seconds.tolist()
+        if drawn and max(drawn) > MAX_THINK_S:
+            raise ServesimError(f"workload.sessions.think_time drew {max(drawn):.3g} s, past servesim's limit of "
+                                f"{MAX_THINK_S:,.0f} s (a week); narrow the distribution (sigma)")
+        return [round(s * NS_PER_S) for s in drawn]
 
     def _turn(self, live: _Live) -> TraceRequest:
         log = self.log
