@@ -23,6 +23,7 @@ from servesim.config.resolution import resolve
 from servesim.config.run_spec import RunSpec
 from servesim.workload.clients import make_client
 from servesim.metrics.sessions import session_table
+from servesim.workload.session_trace import TraceSessionClient
 from servesim.workload.sessions import session_client
 from servesim.workload.synthetic import content_block_size, generate, synthetic_count
 from servesim.workload.trace import TraceRequest, file_sha256, load_trace
@@ -105,7 +106,9 @@ def simulate(
     cfg = run.config        # its resolved config: the workload, client and SLO blocks, and Result.config
     requests, trace_info = _load_requests(run)
     limits.check_requests(requests, cfg, run.source)
-    if cfg.workload.sessions is not None:
+    if isinstance(requests, list) and trace_info["trace_format"] == "mooncake-sessions":
+        client = TraceSessionClient(requests, cfg.workload.client, run.seed)
+    elif cfg.workload.sessions is not None:
         client = session_client(cfg.workload.sessions, cfg.workload.client, run.seed,
                                 content_block_size(cfg.workload))
     else:
@@ -152,8 +155,9 @@ def simulate(
     })
     notes = report_run(summary, records, run, sim, requests, profile_given, engines)
     sessions = None
-    if cfg.workload.sessions is not None:
-        sessions = session_table(records, client.source.log)
+    log = getattr(client, "session_log", None)   # sessions, generated or from a trace
+    if log is not None:
+        sessions = session_table(records, log)
         summary["sessions"] = sessions.summary()
     return Result(summary=summary, requests=records, config=cfg, warnings=notes, timelines=collector.timelines(),
                   token_times=collector.token_times, sessions=sessions)

@@ -421,6 +421,13 @@ CASES += [
     _sessions_case("context-1e9", sessions(turns=1000, input_length=10**6)),
     _sessions_case("turns-range-reversed", sessions(turns={"min": 5, "max": 2})),
     _sessions_case("unknown-key", sessions(turn=3)),
+    Case("sessions-trace-text-input", "sessions",
+         _trace_files(jsonl({"session_id": "a", "timestamp": 0, "text_input": "hi", "output_length": 2}),
+                      fmt="mooncake-sessions"), run_case()),
+    Case("sessions-trace-later-timestamp", "sessions",
+         _trace_files(jsonl({"session_id": "a", "timestamp": 0, "input_length": 5, "output_length": 2},
+                            {"session_id": "a", "timestamp": 9, "input_length": 9, "output_length": 2}),
+                      fmt="mooncake-sessions"), run_case()),
 ]
 SAYS.update({
     "sessions-and-trace": "exactly one of workload.trace, workload.synthetic and workload.sessions",
@@ -430,6 +437,8 @@ SAYS.update({
     "sessions-think-draw-huge": "think_time drew", "sessions-turns-1e12": "10,000,000 per run",
     "sessions-context-1e9": "a session's last prompt", "sessions-turns-range-reversed": "min (5) is larger",
     "sessions-unknown-key": "did you mean turns",
+    "sessions-trace-text-input": "line 1: unknown field 'text_input'",
+    "sessions-trace-later-timestamp": "line 2: a later turn of session 'a' has a timestamp",
 })
 
 

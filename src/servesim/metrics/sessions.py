@@ -24,15 +24,12 @@ class SessionTable:
     """Every session's turns, by session and turn index, from the request records."""
 
     def __init__(self, records: RequestTable, log) -> None:
-        order = records.id_order()   # request ids are 0 .. n-1, every turn made has a record
-
-        def column(name: str) -> np.ndarray:
-            return records.column(name)[order]
-
+        column = records.column   # in completion order; a turn never sent has no record
+        ids = column("request_id")
         self.planned = np.asarray(log.planned_turns[:log.started], dtype=np.int64)
         count = len(self.planned)
-        session = np.asarray(log.session_of, dtype=np.int64)
-        turn = np.asarray(log.turn_of, dtype=np.int64)
+        session = np.asarray(log.session_of, dtype=np.int64)[ids]
+        turn = np.asarray(log.turn_of, dtype=np.int64)[ids]
         arrival, first, finish = column("arrival_ns"), column("first_token_ns"), column("finish_ns")
         served = column("status") != _REJECTED
         self.turns = np.bincount(session, minlength=count)

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from servesim.config.schema import BenchClient, ClientConfig, LengthRange
+from servesim.config.schema import BenchClient, ClientConfig, ClosedLoopClient, LengthRange
 from servesim.config.sessions import ExponentialThinkTime, FixedThinkTime, SessionsConfig
 from servesim.errors import ServesimError
 from servesim.limits import MAX_THINK_S
@@ -157,6 +157,10 @@ class SessionClient(Client):
         if admit is not None:   # the simulation looks the hook up: set only when there is one
             self.admit = admit
 
+    @property
+    def session_log(self) -> SessionLog:
+        return self.source.log
+
     def initial(self) -> Iterator[tuple[int, TraceRequest]]:
         if self._inner is not None:
             return self._inner.initial()
@@ -178,17 +182,22 @@ class SessionClient(Client):
         return []
 
 
+def first_turn_client(client: ClientConfig, first_turns, root_seed: int, total: int) -> Client:
+    """The client that sends sessions' first turns (later turns go through its `admit` too)."""
+    if isinstance(client, ClosedLoopClient):
+        raise ServesimError("workload.client closed_loop counts requests, not sessions; a session workload "
+                            "arrives by open_loop, poisson or bench")
+    if isinstance(client, BenchClient) and client.request_rate == "inf" and client.ramp_up_strategy is None \
+            and client.max_concurrency is not None:
+        # Every session due at once behind the semaphore; later turns queue for it too, so it
+        # keeps counting requests (a closed loop of first turns would let sessions pile up).
+        return GatedSchedule(((0, turn) for turn in first_turns), client.max_concurrency)
+    return make_client(client, first_turns, root_seed, total=total)
+
+
 def session_client(cfg: SessionsConfig, client: ClientConfig, root_seed: int,
                    content_block_size: int) -> SessionClient:
     source = SessionSource(cfg, root_seed, content_block_size)
     if cfg.in_flight is not None:
         return SessionClient(source, None, cfg.in_flight)
-    first_turns = source.first_turns()
-    if isinstance(client, BenchClient) and client.request_rate == "inf" and client.ramp_up_strategy is None \
-            and client.max_concurrency is not None:
-        # Every session due at once behind the semaphore; later turns queue for it too, so it
-        # keeps counting requests (a closed loop of first turns would let sessions pile up).
-        inner: Client = GatedSchedule(((0, turn) for turn in first_turns), client.max_concurrency)
-    else:
-        inner = make_client(client, first_turns, root_seed, total=cfg.num_sessions)
-    return SessionClient(source, inner, None)
+    return SessionClient(source, first_turn_client(client, source.first_turns(), root_seed, cfg.num_sessions), None)
