@@ -226,3 +226,19 @@ def test_configs_without_sessions_dump_as_before():
     assert "sessions" not in dumped
     with_sessions = load_config(_config(TWO_BY_THREE)).config.model_dump(mode="json")["workload"]
     assert with_sessions["sessions"]["turns"] == 3
+
+
+def test_a_trace_argument_replaces_the_sessions(tmp_path):
+    from tests.support.runs import write_trace
+
+    trace = write_trace(tmp_path / "t.jsonl", [{"timestamp": 0, "input_length": 20, "output_length": 3}])
+    result = servesim.simulate(_config(TWO_BY_THREE), trace=trace)
+    assert len(result.requests) == 1 and result.sessions is None and "sessions" not in result.summary
+
+
+def test_a_halving_sweep_of_sessions_is_refused_in_one_sentence():
+    from servesim.errors import ServesimError
+    from servesim.sweep.trials import workload_size
+
+    with pytest.raises(ServesimError, match="sweep sessions without halving"):
+        workload_size(_config(TWO_BY_THREE))
