@@ -89,10 +89,20 @@ def test_bad_rows_are_refused_naming_the_line(tmp_path, row, says):
         servesim.simulate(_config(trace))
 
 
-def test_a_later_turn_with_a_timestamp_is_refused(tmp_path):
-    rows = [ROWS[0], dict(ROWS[2], timestamp=900)]
-    with pytest.raises(ServesimError, match="line 2: a later turn of session 'a' has a timestamp"):
-        servesim.simulate(_config(write_trace(tmp_path / "t.jsonl", rows)))
+def test_a_later_turn_timestamp_gives_its_delay_as_dynamo_reads_it(tmp_path):
+    later = {k: v for k, v in ROWS[2].items() if k != "delay"}
+    rows = [ROWS[0], ROWS[1], dict(later, timestamp=500, request_id="a-2")]
+    result = servesim.simulate(_config(write_trace(tmp_path / "t.jsonl", rows)))
+    # No delay: 500 − 0 (the session's timestamp before it) = 500 ms after turn 0's end at 40.
+    assert _times(result)[2] == (2, 540.0, 550.0, 580.0, 32)
+    assert result.requests[2].trace_request_id == "a-2"
+    with pytest.raises(ServesimError, match="line 2: the timestamp of this turn of session 'a' is earlier"):
+        servesim.simulate(_config(write_trace(tmp_path / "u.jsonl", [dict(ROWS[0], timestamp=900),
+                                                                     dict(later, timestamp=100)])))
+    with pytest.raises(ServesimError, match="line 2: a later turn of session 'a' has a timestamp but no delay"):
+        servesim.simulate(_config(write_trace(tmp_path / "v.jsonl", [{k: v for k, v in ROWS[0].items()
+                                                                      if k != "timestamp"},
+                                                                     dict(later, timestamp=100)])))
 
 
 def test_a_closed_loop_is_refused(tmp_path):

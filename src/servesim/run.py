@@ -22,7 +22,9 @@ from servesim.metrics.summary import DEFAULT_PERCENTILES, check_percentiles, sum
 from servesim.config.resolution import resolve
 from servesim.config.run_spec import RunSpec
 from servesim.workload.clients import make_client
+from servesim.metrics.jobs import JobTable
 from servesim.metrics.sessions import session_table
+from servesim.workload.agentic_trace import AgenticClient
 from servesim.workload.session_trace import TraceSessionClient
 from servesim.workload.sessions import session_client
 from servesim.workload.synthetic import content_block_size, generate, synthetic_count
@@ -41,6 +43,8 @@ class Result:
     token_times: dict[int, Any] | None = None
     # workload.sessions: one row per session (metrics/sessions.py), for sessions.csv.
     sessions: Any = None
+    # An agentic trace: one row per job (metrics/jobs.py), for jobs.csv.
+    jobs: Any = None
 
 
 def _load_requests(run: RunSpec) -> tuple[Iterable[TraceRequest], dict[str, Any]]:
@@ -108,6 +112,8 @@ def simulate(
     limits.check_requests(requests, cfg, run.source)
     if isinstance(requests, list) and trace_info["trace_format"] == "mooncake-sessions":
         client = TraceSessionClient(requests, cfg.workload.client, run.seed)
+    elif isinstance(requests, list) and trace_info["trace_format"] == "agentic-mooncake":
+        client = AgenticClient(requests, cfg.workload.client, run.seed)
     elif cfg.workload.sessions is not None:
         client = session_client(cfg.workload.sessions, cfg.workload.client, run.seed,
                                 content_block_size(cfg.workload))
@@ -159,8 +165,12 @@ def simulate(
     if log is not None:
         sessions = session_table(records, log)
         summary["sessions"] = sessions.summary()
+    jobs = None
+    if isinstance(client, AgenticClient):
+        jobs = JobTable(records, requests)
+        summary["agentic_jobs"] = jobs.summary()
     return Result(summary=summary, requests=records, config=cfg, warnings=notes, timelines=collector.timelines(),
-                  token_times=collector.token_times, sessions=sessions)
+                  token_times=collector.token_times, sessions=sessions, jobs=jobs)
 
 
 def _mean_acceptance_length(roles) -> float | None:

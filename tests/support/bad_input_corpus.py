@@ -425,9 +425,16 @@ CASES += [
          _trace_files(jsonl({"session_id": "a", "timestamp": 0, "text_input": "hi", "output_length": 2}),
                       fmt="mooncake-sessions"), run_case()),
     Case("sessions-trace-later-timestamp", "sessions",
-         _trace_files(jsonl({"session_id": "a", "timestamp": 0, "input_length": 5, "output_length": 2},
-                            {"session_id": "a", "timestamp": 9, "input_length": 9, "output_length": 2}),
+         _trace_files(jsonl({"session_id": "a", "timestamp": 9, "input_length": 5, "output_length": 2},
+                            {"session_id": "a", "timestamp": 3, "input_length": 9, "output_length": 2}),
                       fmt="mooncake-sessions"), run_case()),
+    Case("agentic-missing-parent", "sessions",
+         _trace_files(jsonl({"request_id": "a", "timestamp": 0, "input_length": 5, "output_length": 2},
+                            {"request_id": "b", "wait_for": ["c"], "input_length": 9, "output_length": 2}),
+                      fmt="agentic-mooncake"), run_case()),
+    Case("agentic-unknown-field", "sessions",
+         _trace_files(jsonl({"request_id": "a", "timestamp": 0, "input_length": 5, "output_length": 2,
+                             "policy_class": "x"}), fmt="agentic-mooncake"), run_case()),
 ]
 SAYS.update({
     "sessions-and-trace": "exactly one of workload.trace, workload.synthetic and workload.sessions",
@@ -438,7 +445,8 @@ SAYS.update({
     "sessions-context-1e9": "a session's last prompt", "sessions-turns-range-reversed": "min (5) is larger",
     "sessions-unknown-key": "did you mean turns",
     "sessions-trace-text-input": "line 1: unknown field 'text_input'",
-    "sessions-trace-later-timestamp": "line 2: a later turn of session 'a' has a timestamp",
+    "sessions-trace-later-timestamp": "line 2: the timestamp of this turn of session 'a' is earlier",
+    "agentic-missing-parent": "line 2: wait_for names 'c'", "agentic-unknown-field": "line 1: unknown field",
 })
 
 

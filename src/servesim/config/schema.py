@@ -417,7 +417,8 @@ class WorkloadConfig(StrictModel):
     trace: str | None = None
     synthetic: SyntheticConfig | None = None
     sessions: SessionsConfig | None = None   # config/sessions.py
-    format: Literal["mooncake", "azure", "vidur", "servesim-jsonl", "mooncake-sessions"] | None = None
+    format: Literal["mooncake", "azure", "vidur", "servesim-jsonl", "mooncake-sessions",
+                    "agentic-mooncake"] | None = None
     trace_block_size: PositiveInt = 512
     max_requests: PositiveInt | None = None
     # Requests 0 .. warmup_requests-1 run but are left out of the summary's metrics.

@@ -1,18 +1,21 @@
-"""Multi-turn traces: Mooncake JSON lines with sessions, as aiperf replays them (`mooncake-sessions`).
+"""Multi-turn traces: Mooncake JSON lines with sessions (`mooncake-sessions`).
 
-The format is aiperf's `mooncake_trace` custom dataset in its multi-turn form (ai-dynamo/aiperf,
-src/aiperf/dataset/loader/models.py `MooncakeTrace` and loader/mooncake_trace.py, as of its
-2026 main branch; Dynamo's benchmarks replay their session traces through it): each line is
-`{"input_length", "output_length", "hash_ids"?, "session_id"?, "timestamp"?, "delay"?}`.
-Lines that share a `session_id` are one session's turns, in file order; a line without one
-is a session of its own. A session's first turn is sent at its `timestamp` (ms; by the
-client: open loop at the time, poisson or bench re-timed); each later turn is sent
-`delay` ms (default 0) after the turn before it has reached the user, so it carries no
-timestamp. `hash_ids` say what a turn's prompt shares, as in `mooncake`; a response's own
-tokens are shared only through them. A rejected turn ends its session.
+The rows of aiperf's `mooncake_trace` dataset in its multi-turn form (ai-dynamo/aiperf,
+src/aiperf/dataset/loader/models.py `MooncakeTrace`) and of Dynamo's Mooncake replay
+(ai-dynamo/dynamo lib/mocker/src/loadgen/types.rs `MooncakeRow`, trace.rs
+`Trace::from_mooncake`, 2026 main branch): each line is `{"input_length",
+"output_length", "hash_ids"?, "session_id"?, "request_id"?, "timestamp"?, "delay"?}`.
+Lines that share a `session_id` are one session's turns, in file order; a line without
+one is a session of its own. A session's first turn is sent at its `timestamp` (ms; by the
+client: open loop at the time, poisson or bench re-timed) and may carry no delay but 0.
+Each later turn is sent a delay after the turn before it reached the user: its `delay`
+(ms), else, as Dynamo reads it, its `timestamp` minus the session's last timestamp
+before it, else 0. `hash_ids` say what a turn's prompt shares, as in `mooncake`; a
+response's own tokens are shared only through them. A rejected turn ends its session.
 
-aiperf's text inputs (`text_input`, `messages`, `payload`) carry no token counts and are
-refused, as are unknown fields; an error names the line.
+aiperf's text inputs (`text_input`, `messages`, `payload`) carry no token counts, and
+Dynamo's `priority`, `strict_priority`, `policy_class` and `output_token_ids` are not
+modelled: they are refused like any unknown field, naming the line.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from servesim.workload.clients import Client
 from servesim.workload.sessions import SessionLog, first_turn_client
 from servesim.workload.trace import ENCODING, NS_PER_MS, TraceError, TraceRequest, _json_int
 
-KEYS = {"timestamp", "input_length", "output_length", "hash_ids", "session_id", "delay"}
+KEYS = {"timestamp", "input_length", "output_length", "hash_ids", "session_id", "request_id", "delay"}
 _INT_TYPE = {int}
 
 
@@ -51,7 +54,7 @@ def _hash_ids(row: dict, where: str) -> tuple[int, ...] | None:
     return tuple(hash_ids)
 
 
-def _row(line: str, where: str) -> dict:
+def _row(line: str, where: str, keys: set[str] | None = None, fmt: str = "mooncake-sessions") -> dict:
     try:
         row = json.loads(line)
     except json.JSONDecodeError as err:
@@ -60,16 +63,39 @@ def _row(line: str, where: str) -> dict:
         raise TraceError(f"{where}: invalid JSON (nested too deeply)") from None
     if not isinstance(row, dict):
         raise TraceError(f"{where}: expected a JSON object")
-    unknown = sorted(set(row) - KEYS)
+    unknown = sorted(set(row) - (KEYS if keys is None else keys))
     if unknown:
-        raise TraceError(f"{where}: unknown field {unknown[0]!r} for format mooncake-sessions")
+        raise TraceError(f"{where}: unknown field {unknown[0]!r} for format {fmt}")
     return row
+
+
+def _text(row: dict, name: str, where: str) -> str | None:
+    value = row.get(name)
+    if value is not None and (not isinstance(value, str) or not value):
+        raise TraceError(f"{where}: {name} must be a non-empty string, got {value!r}")
+    return value
+
+
+def _delay(session: str, delay: int | None, timestamp: int | None, last: dict[str, int | None], where: str) -> int:
+    """A later turn's delay after the turn before: given, or from the session's timestamps."""
+    if delay is not None:
+        return delay
+    if timestamp is None:
+        return 0
+    before = last.get(session)
+    if before is None:
+        raise TraceError(f"{where}: a later turn of session {session!r} has a timestamp but no delay, and no "
+                         "turn before it a timestamp to count the delay from")
+    if timestamp < before:
+        raise TraceError(f"{where}: the timestamp of this turn of session {session!r} is earlier than the turn "
+                         "before it")
+    return timestamp - before
 
 
 def read_session_trace(path: Path, limit: int | None) -> list[TraceRequest]:
     """The trace's turns in file order; `delay_ns` is set on every turn after a session's first."""
     out: list[TraceRequest] = []
-    seen: set[str] = set()
+    last: dict[str, int | None] = {}   # sessions seen: their latest timestamp
     with open(path, encoding=ENCODING) as fh:
         for line_no, line in enumerate(fh, 1):
             if limit is not None and len(out) >= limit:
@@ -79,25 +105,21 @@ def read_session_trace(path: Path, limit: int | None) -> list[TraceRequest]:
                 continue
             where = f"{path} line {line_no}"
             row = _row(line, where)
-            session = row.get("session_id")
-            if session is not None and (not isinstance(session, str) or not session):
-                raise TraceError(f"{where}: session_id must be a non-empty string, got {session!r}")
-            later = session is not None and session in seen
+            session = _text(row, "session_id", where)
+            later = session is not None and session in last
             timestamp, delay = _ms(row, "timestamp", where), _ms(row, "delay", where)
-            if later and timestamp is not None:
-                raise TraceError(f"{where}: a later turn of session {session!r} has a timestamp; turns after "
-                                 "a session's first are sent by their delay after the turn before")
-            if not later and delay is not None:
+            if not later and delay:
                 raise TraceError(f"{where}: the first turn of a session has a delay; it is sent at its "
                                  "timestamp (or by the client)")
-            if session is not None:
-                seen.add(session)
+            after = _delay(session, delay, timestamp, last, where) if later else None
+            if session is not None and (timestamp is not None or not later):
+                last[session] = timestamp if timestamp is not None else last.get(session)
             out.append(TraceRequest(
-                request_id=len(out), arrival_ns=timestamp,
+                request_id=len(out), arrival_ns=None if later else timestamp,
                 input_length=_json_int(row.get("input_length"), "input_length", where),
                 output_length=_json_int(row.get("output_length"), "output_length", where),
-                hash_ids=_hash_ids(row, where), session_id=session,
-                delay_ns=(delay or 0) if later else None))
+                hash_ids=_hash_ids(row, where), session_id=session, trace_id=_text(row, "request_id", where),
+                delay_ns=after))
     return out
 
 
