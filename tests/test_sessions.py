@@ -37,10 +37,9 @@ TWO_BY_THREE = {"num_sessions": 2, "turns": 3, "first_input_length": 40, "input_
 
 def _turns(result) -> dict[int, list]:
     """Each session's records in turn order."""
-    log = result.sessions
     by_session: dict[int, list] = {}
-    for record in result.requests:
-        by_session.setdefault(log._session[record.request_id], []).append(record)
+    for record in result.requests:   # in request-id order: a session's turns in turn order
+        by_session.setdefault(result.sessions.session_of[record.request_id], []).append(record)
     return by_session
 
 

@@ -26,6 +26,7 @@ class SessionTable:
     def __init__(self, records: RequestTable, log) -> None:
         column = records.column   # in completion order; a turn never sent has no record
         ids = column("request_id")
+        self.session_of = log.session_of   # by request id
         self.planned = np.asarray(log.planned_turns[:log.started], dtype=np.int64)
         count = len(self.planned)
         session = np.asarray(log.session_of, dtype=np.int64)[ids]
