@@ -68,11 +68,11 @@ def test_two_sessions_of_three_turns_by_hand(reference):
     out = io.StringIO()
     result.sessions.write_csv(out)
     assert out.getvalue().splitlines() == [
-        "session_id,planned_turns,turns,completed,start_ms,end_ms,duration_ms,input_tokens,output_tokens,"
+        "session_id,planned_turns,turns,completed,start_ms,end_ms,duration_ms,meets_slo,input_tokens,output_tokens,"
         "cached_tokens,ttft_ms_by_turn,cached_tokens_by_turn",
         # 40 + 144 + 248 = 432 prompt tokens, 3 × 4 outputs, 32 + 144 cached.
-        "0,3,3,true,0,1120,1120,432,12,176,10;10;10,0;32;144",
-        "1,3,3,true,0,1120,1120,432,12,176,10;10;10,0;32;144",
+        "0,3,3,true,0,1120,1120,,432,12,176,10;10;10,0;32;144",
+        "1,3,3,true,0,1120,1120,,432,12,176,10;10;10,0;32;144",
     ]
 
 
@@ -143,6 +143,8 @@ def session_workloads(draw):
                 "think_time": think, "seed": draw(st.integers(0, 3))}
     if draw(st.booleans()):
         sessions["first_input_length"] = _length(draw, 1, 60)
+    if draw(st.booleans()):
+        sessions["system_prompt_length"] = draw(st.sampled_from([4, 12, 16]))   # shared by every session
     client = draw(st.sampled_from([None, {"mode": "poisson", "rate": 20.0}, {"mode": "bench", "max_concurrency": 2},
                                    {"mode": "bench", "request_rate": 30.0, "burstiness": 0.5}, "in_flight"]))
     if client == "in_flight":
@@ -208,7 +210,7 @@ def test_cli_writes_sessions_csv_and_the_turn_plot(tmp_path):
     out = tmp_path / "out"
     result = servesim_cli("run", str(config), "--out", str(out), "--plots")
     assert result.returncode == 0, result.stderr
-    assert (out / "sessions.csv").read_text().splitlines()[1] == "0,3,3,true,0,1120,1120,432,12,176,10;10;10,0;32;144"
+    assert (out / "sessions.csv").read_text().splitlines()[1] == "0,3,3,true,0,1120,1120,,432,12,176,10;10;10,0;32;144"
     assert (out / "ttft_by_turn.png").stat().st_size > 0
     summary = json.loads((out / "summary.json").read_text())
     assert summary["trace_format"] == "sessions" and summary["sessions"]["completed_sessions"] == 2
@@ -241,3 +243,24 @@ def test_a_halving_sweep_of_sessions_is_refused_in_one_sentence():
 
     with pytest.raises(ServesimError, match="sweep sessions without halving"):
         workload_size(_config(TWO_BY_THREE))
+
+
+def test_a_shared_system_prompt_and_a_session_slo_by_hand():
+    sessions = dict(TWO_BY_THREE, system_prompt_length=32, first_input_length=8, slo_ms=1100.0)
+    result = servesim.simulate(_config(sessions))
+    # Both first prompts are the 32-token system prompt plus 8 tokens: 40, as before. They are
+    # admitted in the same scheduler call; the first one's blocks get their keys as they are
+    # allocated (as vLLM caches them), so the second hits the system prompt's 2 blocks (32).
+    # Turn 1 is 144 tokens again and hits its session's 2 blocks (32), turn 2 its 9 (144).
+    # Pass times are fixed, so the timeline is the hand-checked one: each session 1,120 ms,
+    # over the 1,100 ms SLO.
+    assert [(r.input_length, r.cached_tokens, r.finish_ns // 10**6) for r in result.requests] == [
+        (40, 0, 40), (40, 32, 40), (144, 32, 580), (144, 32, 580), (248, 144, 1120), (248, 144, 1120)]
+    block = result.summary["sessions"]
+    assert (block["slo_ms"], block["sessions_meeting_slo"], block["session_slo_attainment"]) == (1100.0, 0, 0.0)
+    out = io.StringIO()
+    result.sessions.write_csv(out)
+    assert out.getvalue().splitlines()[1].split(",")[7] == "false"
+    # At 1,120 ms exactly, both meet it (the bound is inclusive).
+    exact = servesim.simulate(_config(dict(sessions, slo_ms=1120.0)))
+    assert exact.summary["sessions"]["sessions_meeting_slo"] == 2

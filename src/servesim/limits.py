@@ -90,6 +90,9 @@ def check_config(cfg: Any, source: str) -> None:
         count = min(synthetic.num_requests, workload.max_requests or synthetic.num_requests)
         check_request_count(count, f"{source}: workload.synthetic.num_requests")
         prefix = synthetic.prefix_length   # every prompt is the shared prefix plus its own input_length
+        repetition = synthetic.prefix_repetition
+        if repetition is not None:   # every prompt is one of the prefixes plus a suffix
+            prefix = repetition.prefix_length + repetition.suffix_length
         check_tokens(prefix, f"{source}: workload.synthetic.prefix_length")
         mean_tokens = float(prefix)
         for name in ("input_length", "output_length"):
@@ -128,7 +131,13 @@ def check_sessions(sessions: Any, where: str) -> None:
                             f"{MAX_THINK_S:,.0f} s (a week)")
     first = sessions.first_input_length or sessions.input_length
     per_turn = _longest(sessions.input_length) + _longest(sessions.output_length)
-    check_tokens(_longest(first) + (turns - 1) * per_turn, f"{where}: a session's last prompt")
+    longest = sessions.system_prompt_length + _longest(first) + (turns - 1) * per_turn
+    check_tokens(longest, f"{where}: a session's last prompt")
+    block = sessions.system_prompt_length
+    if block and (longest + _longest(sessions.output_length)) // block > MAX_HASH_IDS:
+        raise ServesimError(f"{where}: a session holds up to {longest:,} tokens, more than {MAX_HASH_IDS:,} "
+                            f"content blocks of system_prompt_length {block:,} tokens; lengthen the system "
+                            "prompt or shorten the sessions")
     mean_turns = _mean(sessions.turns)
     mean_turn = _mean(sessions.input_length) + _mean(sessions.output_length)
     check_total_tokens(sessions.num_sessions * mean_turns * (mean_turns + 1) / 2 * mean_turn, where)

@@ -129,7 +129,7 @@ def simulate(
     elif cfg.workload.sessions is not None:
         total = client.source.total_turns   # as planned: a rejected turn ends its session early
     else:
-        total = min(cfg.workload.synthetic.num_requests, cfg.workload.max_requests or 1 << 62)
+        total = synthetic_count(cfg.workload)
     if run.warmup_requests >= total:
         raise ServesimError(f"workload.warmup_requests is {run.warmup_requests} but the workload has "
                             f"only {total} requests: nothing would be measured")
@@ -163,7 +163,8 @@ def simulate(
     sessions = None
     log = getattr(client, "session_log", None)   # sessions, generated or from a trace
     if log is not None:
-        sessions = session_table(records, log)
+        slo_ms = cfg.workload.sessions.slo_ms if cfg.workload.sessions is not None else None
+        sessions = session_table(records, log, slo_ms)
         summary["sessions"] = sessions.summary()
     jobs = None
     if isinstance(client, AgenticClient):

@@ -428,6 +428,9 @@ CASES += [
          _trace_files(jsonl({"session_id": "a", "timestamp": 9, "input_length": 5, "output_length": 2},
                             {"session_id": "a", "timestamp": 3, "input_length": 9, "output_length": 2}),
                       fmt="mooncake-sessions"), run_case()),
+    Case("prefix-repetition-few-requests", "sessions", {"c.yaml": json.dumps(synthetic(
+        input_length=None, num_requests=2, prefix_repetition={"num_prefixes": 5, "prefix_length": 8,
+                                                               "suffix_length": 4}))}, run_case()),
     Case("agentic-missing-parent", "sessions",
          _trace_files(jsonl({"request_id": "a", "timestamp": 0, "input_length": 5, "output_length": 2},
                             {"request_id": "b", "wait_for": ["c"], "input_length": 9, "output_length": 2}),
@@ -446,7 +449,8 @@ SAYS.update({
     "sessions-unknown-key": "did you mean turns",
     "sessions-trace-text-input": "line 1: unknown field 'text_input'",
     "sessions-trace-later-timestamp": "line 2: the timestamp of this turn of session 'a' is earlier",
-    "agentic-missing-parent": "line 2: wait_for names 'c'", "agentic-unknown-field": "line 1: unknown field",
+    "agentic-missing-parent": "line 2: wait_for names 'c'",
+    "prefix-repetition-few-requests": "must be at least prefix_repetition.num_prefixes", "agentic-unknown-field": "line 1: unknown field",
 })
 
 

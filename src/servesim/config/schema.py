@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_serializer, model_validator
 
-from servesim.config.sessions import SessionsConfig, check_sessions_client
+from servesim.config.sessions import PrefixRepetition, SessionsConfig, check_prefix_repetition, check_sessions_client
 from servesim.engine.registry import BACKENDS, DEFAULT_BACKEND
 from servesim.schema_base import (
     NonNegativeFloat,
@@ -340,15 +340,27 @@ class SyntheticConfig(StrictModel):
     # The same first prefix_length tokens in every prompt, before its input_length tokens
     # (vLLM's --random-prefix-len); the prefix cache can share them.
     prefix_length: NonNegativeInt = 0
+    prefix_repetition: PrefixRepetition | None = None   # config/sessions.py
 
     @model_validator(mode="after")
     def _lengths(self) -> SyntheticConfig:
+        if self.prefix_repetition is not None:
+            check_prefix_repetition(self)
+            return self
         given = (self.input_length is not None, self.output_length is not None)
         if self.lengths_from is None and given != (True, True):
             raise ValueError("give input_length and output_length, or lengths_from")
         if self.lengths_from is not None and any(given):
             raise ValueError("lengths_from replaces input_length and output_length; give one or the other")
         return self
+
+    @model_serializer(mode="wrap")
+    def _omit_absent_repetition(self, handler):
+        # Written only when given: synthetic configs without it dump (and hash) as before.
+        data = handler(self)
+        if self.prefix_repetition is None and isinstance(data, dict):
+            data.pop("prefix_repetition", None)
+        return data
 
 
 class OpenLoopClient(StrictModel):

@@ -52,6 +52,37 @@ class SessionsConfig(StrictModel):
     # Sessions open at once: a new one starts when one ends (instead of the client's arrivals).
     in_flight: PositiveInt | None = None
     seed: NonNegativeInt | None = None
+    # The same first tokens in every session's first prompt (a shared system prompt), before
+    # its first_input_length tokens; the prefix cache shares them across sessions.
+    system_prompt_length: NonNegativeInt = 0
+    # A session meets it when every turn is served and its last token reaches the user
+    # within this many ms of its first turn's arrival.
+    slo_ms: PositiveFloat | None = None
+
+
+class PrefixRepetition(StrictModel):
+    """vLLM 0.32's `prefix_repetition` dataset (benchmarks/datasets/datasets.py,
+    PrefixRepetitionRandomDataset): num_prefixes prefixes, each before the suffixes of
+    num_requests // num_prefixes prompts, the prompts shuffled."""
+
+    num_prefixes: PositiveInt
+    prefix_length: PositiveInt
+    suffix_length: PositiveInt
+
+
+def check_prefix_repetition(synthetic) -> None:
+    """The keys prefix_repetition takes the place of; a ValueError (schema.py reports it)."""
+    repetition = synthetic.prefix_repetition
+    if repetition is None:
+        return
+    if synthetic.input_length is not None or synthetic.lengths_from is not None or synthetic.prefix_length:
+        raise ValueError("prefix_repetition gives the prompt (prefix_length + suffix_length tokens); leave "
+                         "input_length, lengths_from and prefix_length unset")
+    if synthetic.output_length is None:
+        raise ValueError("prefix_repetition needs output_length")
+    if synthetic.num_requests < repetition.num_prefixes:
+        raise ValueError(f"num_requests ({synthetic.num_requests}) must be at least prefix_repetition."
+                         f"num_prefixes ({repetition.num_prefixes}), as vLLM requires")
 
 
 def check_sessions_client(sessions: SessionsConfig, client, max_requests: int | None = None) -> None:

@@ -16,17 +16,19 @@ import numpy as np
 from servesim.metrics.records import _NONE, RequestTable, _ms
 
 SESSION_COLUMNS = ("session_id", "planned_turns", "turns", "completed", "start_ms", "end_ms", "duration_ms",
-                   "input_tokens", "output_tokens", "cached_tokens", "ttft_ms_by_turn", "cached_tokens_by_turn")
+                   "meets_slo", "input_tokens", "output_tokens", "cached_tokens", "ttft_ms_by_turn",
+                   "cached_tokens_by_turn")
 _REJECTED = 2   # records.STATUSES index
 
 
 class SessionTable:
     """Every session's turns, by session and turn index, from the request records."""
 
-    def __init__(self, records: RequestTable, log) -> None:
+    def __init__(self, records: RequestTable, log, slo_ms: float | None = None) -> None:
         column = records.column   # in completion order; a turn never sent has no record
         ids = column("request_id")
         self.session_of = log.session_of   # by request id
+        self.slo_ms = slo_ms
         self.planned = np.asarray(log.planned_turns[:log.started], dtype=np.int64)
         count = len(self.planned)
         session = np.asarray(log.session_of, dtype=np.int64)[ids]
@@ -63,12 +65,17 @@ class SessionTable:
         for s, positions in enumerate(self._by_session()):
             start, end = int(self.start[s]), int(self.end[s])
             duration = end - start if self.completed[s] else None
+            meets = "" if self.slo_ms is None else str(bool(self._meets()[s])).lower()
             cells = (str(s), str(self.planned[s]), str(self.turns[s]), str(bool(self.completed[s])).lower(),
-                     _ms(start), _ms(end), _ms(duration), str(self.input[s]), str(self.output[s]),
+                     _ms(start), _ms(end), _ms(duration), meets, str(self.input[s]), str(self.output[s]),
                      str(self.cached[s]),
                      ";".join(_ms(None if ttft[p] == _NONE else ttft[p]) for p in positions),
                      ";".join(str(cached[p]) for p in positions))
             fh.write(",".join(cells) + "\n")
+
+    def _meets(self) -> np.ndarray:
+        """Complete, and done within the SLO (ns compared exactly against the ms bound)."""
+        return self.completed & ((self.end - self.start) <= self.slo_ms * 1e6)
 
     def summary(self) -> dict:
         """summary.json's `sessions` block: durations of complete sessions, TTFT and hits by turn."""
@@ -99,11 +106,15 @@ class SessionTable:
             "mean_ttft_ms_by_turn": by_turn_ttft,
             "p90_ttft_ms_by_turn": by_turn_p90,
             "prefix_cache_hit_rate_by_turn": by_turn_hits,
+            **({} if self.slo_ms is None else {
+                "slo_ms": self.slo_ms,
+                "sessions_meeting_slo": int(self._meets().sum()),
+                "session_slo_attainment": float(self._meets().mean()) if len(self) else None}),
         }
 
 
-def session_table(records: RequestTable, log) -> SessionTable:
-    return SessionTable(records, log)
+def session_table(records: RequestTable, log, slo_ms: float | None = None) -> SessionTable:
+    return SessionTable(records, log, slo_ms)
 
 
 def session_rows(summary: dict) -> list[tuple[str, str] | str]:
@@ -126,6 +137,9 @@ def session_rows(summary: dict) -> list[tuple[str, str] | str]:
                                          else block["p99_duration_ms"] / 1e3)),
         ("Mean TTFT, first turn (ms)", num(ttft[0] if ttft else None)),
     ]
+    if "sessions_meeting_slo" in block:
+        rows.append((f"Sessions within {block['slo_ms']:g} ms",
+                     f"{block['sessions_meeting_slo']:,} ({100 * (block['session_slo_attainment'] or 0):.1f}%)"))
     if len(ttft) > 1:
         rows.append((f"Mean TTFT, turn {len(ttft)} (ms)", num(ttft[-1])))
         rows.append((f"Prefix cache hit rate, turn {len(hits)} (%)",

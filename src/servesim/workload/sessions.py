@@ -7,7 +7,9 @@ stream: with P_k its prompt and O_k the tokens it produced,
     P_0 = U_0,    P_{k+1} = P_k + O_k + U_{k+1}.
 
 Content (workload/prompt.py): the stream is one chain of hash_ids, `trace_block_size`
-tokens each, the first unique to the session. A turn's hash_ids cover its prompt *and*
+tokens each, the first unique to the session. With a `system_prompt_length` S, every
+session's stream starts with the same S tokens: the chain's blocks are then S tokens long
+(`content_block_size`), its first (hash id 0) shared by every session, the rest its own. A turn's hash_ids cover its prompt *and*
 its requested output (`TraceRequest.content_length`), so the engine keys the blocks its
 response fills with the same content keys the next turn's prompt has: the next turn can
 hit the cache on what the model just said. No two sessions share a token.
@@ -101,7 +103,7 @@ class SessionSource:
         session = log.started
         log.started += 1
         turns = log.planned_turns[session]
-        first = _draw(cfg.first_input_length or cfg.input_length, 1, rng)
+        first = [cfg.system_prompt_length + n for n in _draw(cfg.first_input_length or cfg.input_length, 1, rng)]
         inputs = first + _draw(cfg.input_length, turns - 1, rng)
         outputs = _draw(cfg.output_length, turns, rng)
         live = _Live(session, 0, inputs[0], inputs, outputs, self._think_times(turns - 1))
@@ -130,8 +132,12 @@ class SessionSource:
         output = live.outputs[live.turn]
         content = live.prompt + output
         blocks = -(-content // self._block)
+        if self.cfg.system_prompt_length:   # block 0 is the shared system prompt (hash id 0)
+            hash_ids = (0, live.session + 1, *range(2, blocks))
+        else:
+            hash_ids = (live.session, *range(1, blocks))
         return TraceRequest(request_id=request_id, arrival_ns=None, input_length=live.prompt,
-                            output_length=output, hash_ids=(live.session, *range(1, blocks)),
+                            output_length=output, hash_ids=hash_ids,
                             session_id=str(live.session), content_length=content)
 
     def next_turn(self, request_id: int, outputs: int, rejected: bool, now: int) -> tuple[int, TraceRequest] | None:
