@@ -105,7 +105,8 @@ def test_config_mappings_run_or_refuse_in_one_sentence(tmp_path, edits):
 SESSION_PATHS = ["workload.sessions.num_sessions", "workload.sessions.turns", "workload.sessions.input_length",
                  "workload.sessions.output_length", "workload.sessions.first_input_length",
                  "workload.sessions.think_time", "workload.sessions.think_time.distribution",
-                 "workload.sessions.think_time.sigma", "workload.sessions.in_flight", "workload.client"]
+                 "workload.sessions.think_time.sigma", "workload.sessions.in_flight", "workload.client",
+                 "workload.sessions.system_prompt_length", "workload.sessions.slo_ms"]
 
 
 @FUZZ
