@@ -15,7 +15,7 @@ import servesim
 from servesim import bench
 from servesim.errors import ServesimError
 
-ROW_KEYS = ["1a", "1b", "2a", "2b", "2s", "2t", "3", "4", "5", "5r", "5d", "6"]
+ROW_KEYS = ["1a", "1b", "2a", "2b", "2s", "2t", "3", "4", "5", "5r", "5d", "6", "7"]
 TRACE_ROWS = ["5", "5r", "5d", "6"]
 
 
@@ -81,8 +81,8 @@ def test_the_default_set_skips_rows_without_traces(tmp_path):
     (tmp_path / "azure_llm_2023" / "AzureLLMInferenceTrace_conv.csv").write_text("")
     chosen, skipped = bench.select_rows("", tmp_path)
     assert [w.key for w in chosen] == ROW_KEYS and skipped == []
-    with pytest.raises(ServesimError, match="unknown row 7"):
-        bench.select_rows("7", tmp_path)
+    with pytest.raises(ServesimError, match="unknown row 8"):
+        bench.select_rows("8", tmp_path)
 
 
 def test_default_traces_only_beside_a_checkout(tmp_path):

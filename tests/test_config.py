@@ -135,7 +135,7 @@ def test_unknown_model_and_gpu_suggest_names():
 def test_trace_xor_synthetic():
     data = copy.deepcopy(BASE)
     data["workload"]["trace"] = "x.jsonl"
-    with pytest.raises(ServesimError, match="exactly one of workload.trace and workload.synthetic"):
+    with pytest.raises(ServesimError, match="exactly one of workload.trace, workload.synthetic and workload.sessions"):
         load_config(data)
 
 

@@ -76,6 +76,8 @@ CONFIG_PATHS = [
     "workload.format", "workload.max_requests", "workload.warmup_requests", "workload.trace_block_size",
     "workload.client", "workload.client.mode", "workload.client.time_scale", "workload.client.rate",
     "workload.client.concurrency", "router.policy", "slo.ttft_ms",
+    "workload.sessions", "workload.sessions.turns", "workload.sessions.think_time",
+    "workload.sessions.in_flight",
 ]
 
 
@@ -95,6 +97,24 @@ def _set(config: dict, dotted: str, value) -> None:
 def test_config_mappings_run_or_refuse_in_one_sentence(tmp_path, edits):
     (tmp_path / "trace.jsonl").write_text(TRACE)
     config = base_config(trace=str(tmp_path / "trace.jsonl"))
+    for path, value in edits:
+        _set(config, path, value)
+    bounded_simulate(config=config)
+
+
+SESSION_PATHS = ["workload.sessions.num_sessions", "workload.sessions.turns", "workload.sessions.input_length",
+                 "workload.sessions.output_length", "workload.sessions.first_input_length",
+                 "workload.sessions.think_time", "workload.sessions.think_time.distribution",
+                 "workload.sessions.think_time.sigma", "workload.sessions.in_flight", "workload.client",
+                 "workload.sessions.system_prompt_length", "workload.sessions.slo_ms"]
+
+
+@FUZZ
+@given(st.lists(st.tuples(st.sampled_from(SESSION_PATHS), ODD), min_size=1, max_size=3))
+def test_session_mappings_run_or_refuse_in_one_sentence(tmp_path, edits):
+    config = base_config(workload__trace=None, workload__format=None, workload__sessions={
+        "num_sessions": 2, "turns": 2, "input_length": 5, "output_length": 2,
+        "think_time": {"distribution": "lognormal", "median_s": 0.01, "sigma": 0.5}})
     for path, value in edits:
         _set(config, path, value)
     bounded_simulate(config=config)

@@ -108,6 +108,11 @@ def workloads(traces: Path | None = None) -> list[Workload]:
         Workload("6", "1,000,000 requests, Poisson 20 req/s, lengths resampled from Azure conv",
                  {"synthetic": {"num_requests": 1_000_000, "lengths_from": str(azure)},
                   "client": {"mode": "poisson", "rate": 20.0}}, needs=azure),
+        Workload("7", "20,000 chat sessions of 5 turns (100,000 requests), Poisson 20 sessions/s",
+                 {"sessions": {"num_sessions": 20000, "turns": 5, "first_input_length": {"min": 256, "max": 2048},
+                               "input_length": {"min": 32, "max": 256}, "output_length": {"min": 32, "max": 256},
+                               "think_time": {"distribution": "exponential", "mean_s": 5.0}},
+                  "client": {"mode": "poisson", "rate": 20.0}}, aisimulate=False),
     ]
 
 

@@ -158,6 +158,12 @@ def run(
             with open(targets["requests.csv"], "w", encoding="utf-8", newline="") as fh:
                 result.requests.write_csv(fh)
             write_workers_csv(targets["workers.csv"], result.summary["workers"])
+            if result.sessions is not None:   # workload.sessions: one row per session
+                with open(files.path_for(out / "sessions.csv"), "w", encoding="utf-8", newline="") as fh:
+                    result.sessions.write_csv(fh)
+            if result.jobs is not None:       # an agentic trace: one row per job
+                with open(files.path_for(out / "jobs.csv"), "w", encoding="utf-8", newline="") as fh:
+                    result.jobs.write_csv(fh)
             targets["config.resolved.yaml"].write_text(config_to_yaml(result.config))
             if "result.json" in targets:
                 from servesim.metrics.vllm_result import write_result

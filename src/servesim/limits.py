@@ -22,6 +22,7 @@ MAX_PASS_MS = 3_600_000.0          # one hour: any fixed duration of one pass, t
 MAX_PER_TOKEN_MS = 1_000.0         # per-token (or per-request) costs of the polynomial timing
 MAX_REQUESTS = 10_000_000          # requests in one run (a trace, or synthetic num_requests)
 MAX_REQUEST_TOKENS = 100_000_000   # input or output tokens of one request (10× the longest context)
+MAX_THINK_S = 604_800.0           # one think time of a session (a week)
 MAX_HASH_IDS = 1_000_000           # prefix blocks listed by one trace request
 # Input plus output tokens of the whole workload: the default's 2.4 million take 0.2 s, so
 # ten billion take tens of minutes; more would take hours.
@@ -89,6 +90,9 @@ def check_config(cfg: Any, source: str) -> None:
         count = min(synthetic.num_requests, workload.max_requests or synthetic.num_requests)
         check_request_count(count, f"{source}: workload.synthetic.num_requests")
         prefix = synthetic.prefix_length   # every prompt is the shared prefix plus its own input_length
+        repetition = synthetic.prefix_repetition
+        if repetition is not None:   # every prompt is one of the prefixes plus a suffix
+            prefix = repetition.prefix_length + repetition.suffix_length
         check_tokens(prefix, f"{source}: workload.synthetic.prefix_length")
         mean_tokens = float(prefix)
         for name in ("input_length", "output_length"):
@@ -99,6 +103,44 @@ def check_config(cfg: Any, source: str) -> None:
                              f"{source}: workload.synthetic.{name}")
                 mean_tokens += length if isinstance(length, int) else (length.min + length.max) / 2
         check_total_tokens(count * mean_tokens, f"{source}: workload.synthetic")
+    if workload.sessions is not None:
+        check_sessions(workload.sessions, f"{source}: workload.sessions")
+
+
+def _longest(length: Any) -> int:
+    return length if isinstance(length, int) else length.max
+
+
+def _mean(length: Any) -> float:
+    return length if isinstance(length, int) else (length.min + length.max) / 2
+
+
+def check_sessions(sessions: Any, where: str) -> None:
+    """Turns, one turn's prompt at its longest (the whole session before it), and the tokens
+    of every prompt and output (turn k's prompt holds the k turns before it: quadratic)."""
+    turns = _longest(sessions.turns)
+    if sessions.num_sessions * turns > MAX_REQUESTS:
+        raise ServesimError(f"{where}: {sessions.num_sessions:,} sessions of up to {turns:,} turns are up to "
+                            f"{sessions.num_sessions * turns:,} requests; servesim simulates at most "
+                            f"{MAX_REQUESTS:,} per run")
+    think = sessions.think_time
+    typical = {"fixed": "seconds", "exponential": "mean_s", "lognormal": "median_s"}[think.distribution]
+    typical = getattr(think, typical)
+    if typical > MAX_THINK_S:
+        raise ServesimError(f"{where}: think_time of {typical:g} s is past servesim's limit of "
+                            f"{MAX_THINK_S:,.0f} s (a week)")
+    first = sessions.first_input_length or sessions.input_length
+    per_turn = _longest(sessions.input_length) + _longest(sessions.output_length)
+    longest = sessions.system_prompt_length + _longest(first) + (turns - 1) * per_turn
+    check_tokens(longest, f"{where}: a session's last prompt")
+    block = sessions.system_prompt_length
+    if block and (longest + _longest(sessions.output_length)) // block > MAX_HASH_IDS:
+        raise ServesimError(f"{where}: a session holds up to {longest:,} tokens, more than {MAX_HASH_IDS:,} "
+                            f"content blocks of system_prompt_length {block:,} tokens; lengthen the system "
+                            "prompt or shorten the sessions")
+    mean_turns = _mean(sessions.turns)
+    mean_turn = _mean(sessions.input_length) + _mean(sessions.output_length)
+    check_total_tokens(sessions.num_sessions * mean_turns * (mean_turns + 1) / 2 * mean_turn, where)
 
 
 def check_total_tokens(total: float, what: str) -> None:
@@ -143,6 +185,8 @@ def check_requests(requests: Any, cfg: Any, source: str) -> None:
         check_arrivals(requests, cfg, source)
         check_total_tokens(sum(r.input_length + r.output_length for r in requests), f"{source}: the trace")
         count = len(requests)
+    elif cfg.workload.sessions is not None:
+        count = cfg.workload.sessions.num_sessions   # the client's arrivals are sessions
     else:
         count = min(cfg.workload.synthetic.num_requests, cfg.workload.max_requests or MAX_REQUESTS)
     check_poisson(count, cfg, source)

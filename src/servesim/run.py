@@ -23,7 +23,12 @@ from servesim.metrics.summary import DEFAULT_PERCENTILES, check_percentiles, sum
 from servesim.config.resolution import resolve
 from servesim.config.run_spec import RunSpec
 from servesim.workload.clients import make_client
-from servesim.workload.synthetic import generate, synthetic_count
+from servesim.metrics.jobs import JobTable
+from servesim.metrics.sessions import session_table
+from servesim.workload.agentic_trace import AgenticClient
+from servesim.workload.session_trace import TraceSessionClient
+from servesim.workload.sessions import session_client
+from servesim.workload.synthetic import content_block_size, generate, synthetic_count
 from servesim.workload.trace import TraceRequest, file_sha256, load_trace
 
 
@@ -37,10 +42,16 @@ class Result:
     timelines: dict[str, dict[str, list]] = field(default_factory=dict)
     # simulate(detailed=True): each measured request's output delivery times (ns), by request id.
     token_times: dict[int, Any] | None = None
+    # workload.sessions: one row per session (metrics/sessions.py), for sessions.csv.
+    sessions: Any = None
+    # An agentic trace: one row per job (metrics/jobs.py), for jobs.csv.
+    jobs: Any = None
 
 
 def _load_requests(run: RunSpec) -> tuple[Iterable[TraceRequest], dict[str, Any]]:
     workload = run.config.workload
+    if workload.sessions is not None:   # made turn by turn by the client (workload/sessions.py)
+        return (), {"trace": None, "trace_format": "sessions", "trace_sha256": None}
     if run.trace_path is not None:
         # One past the limit, so a longer trace is refused without being read whole.
         requests, fmt = load_trace(run.trace_path, workload.format, workload.max_requests or limits.MAX_REQUESTS + 1)
@@ -87,6 +98,7 @@ def simulate(
     if trace is not None:
         overrides.append(("workload.trace", str(Path(trace).resolve())))
         overrides.append(("workload.synthetic", None))
+        overrides.append(("workload.sessions", None))
     if seed is not None:
         overrides.append(("seed", seed))
     percentiles = DEFAULT_PERCENTILES if percentiles is None else check_percentiles(percentiles)
@@ -100,7 +112,15 @@ def simulate(
     check_cost(cfg.cost, [role.deployment.gpu for role in run.roles.values()])
     requests, trace_info = _load_requests(run)
     limits.check_requests(requests, cfg, run.source)
-    client = make_client(cfg.workload.client, requests, run.seed, total=synthetic_count(cfg.workload))
+    if isinstance(requests, list) and trace_info["trace_format"] == "mooncake-sessions":
+        client = TraceSessionClient(requests, cfg.workload.client, run.seed)
+    elif isinstance(requests, list) and trace_info["trace_format"] == "agentic-mooncake":
+        client = AgenticClient(requests, cfg.workload.client, run.seed)
+    elif cfg.workload.sessions is not None:
+        client = session_client(cfg.workload.sessions, cfg.workload.client, run.seed,
+                                content_block_size(cfg.workload))
+    else:
+        client = make_client(cfg.workload.client, requests, run.seed, total=synthetic_count(cfg.workload))
 
     collector = Collector(pass_log, run.warmup_requests, token_times=detailed)
     engines = choose_engines(run, pass_log is not None, detailed)
@@ -108,8 +128,10 @@ def simulate(
 
     if isinstance(requests, list):
         total = len(requests)
+    elif cfg.workload.sessions is not None:
+        total = client.source.total_turns   # as planned: a rejected turn ends its session early
     else:
-        total = min(cfg.workload.synthetic.num_requests, cfg.workload.max_requests or 1 << 62)
+        total = synthetic_count(cfg.workload)
     if run.warmup_requests >= total:
         raise ServesimError(f"workload.warmup_requests is {run.warmup_requests} but the workload has "
                             f"only {total} requests: nothing would be measured")
@@ -141,8 +163,18 @@ def simulate(
     })
     summary.update(energy_and_cost(cfg.cost, _worker_power_inputs(run, sim), summary))
     notes = report_run(summary, records, run, sim, requests, profile_given, engines)
+    sessions = None
+    log = getattr(client, "session_log", None)   # sessions, generated or from a trace
+    if log is not None:
+        slo_ms = cfg.workload.sessions.slo_ms if cfg.workload.sessions is not None else None
+        sessions = session_table(records, log, slo_ms)
+        summary["sessions"] = sessions.summary()
+    jobs = None
+    if isinstance(client, AgenticClient):
+        jobs = JobTable(records, requests)
+        summary["agentic_jobs"] = jobs.summary()
     return Result(summary=summary, requests=records, config=cfg, warnings=notes, timelines=collector.timelines(),
-                  token_times=collector.token_times)
+                  token_times=collector.token_times, sessions=sessions, jobs=jobs)
 
 
 def _worker_power_inputs(run: RunSpec, sim) -> list[tuple]:

@@ -420,6 +420,67 @@ SAYS = {
 }
 
 
+# --------------------------------------------------------------------------- sessions (workload.sessions)
+
+
+def sessions(**fields) -> dict:
+    spec = {"num_sessions": 2, "turns": 3, "input_length": 20, "output_length": 3, **fields}
+    return base_config(workload__trace=None, workload__format=None, workload__sessions=spec)
+
+
+def _sessions_case(name: str, config: dict) -> Case:
+    return Case(f"sessions-{name}", "sessions", {"c.yaml": json.dumps(config)}, run_case())
+
+
+CASES += [
+    _sessions_case("and-trace", dict(sessions(), workload=dict(sessions()["workload"], trace="t.jsonl"))),
+    _sessions_case("closed-loop", sessions() | {"workload": dict(sessions()["workload"],
+                                                                 client={"mode": "closed_loop", "concurrency": 2})}),
+    _sessions_case("in-flight-poisson", sessions(in_flight=2) | {"workload": dict(
+        sessions(in_flight=2)["workload"], client={"mode": "poisson", "rate": 2.0})}),
+    _sessions_case("max-requests", sessions() | {"workload": dict(sessions()["workload"], max_requests=3)}),
+    _sessions_case("think-unknown", sessions(think_time={"distribution": "gamma", "shape": 2})),
+    _sessions_case("think-lognormal-no-sigma", sessions(think_time={"distribution": "lognormal", "median_s": 1.0})),
+    _sessions_case("think-huge", sessions(think_time={"distribution": "exponential", "mean_s": 1e300})),
+    _sessions_case("think-draw-huge", sessions(think_time={"distribution": "lognormal", "median_s": 1.0,
+                                                           "sigma": 1000.0})),
+    _sessions_case("turns-1e12", sessions(num_sessions=10**6, turns=10**6)),
+    _sessions_case("context-1e9", sessions(turns=1000, input_length=10**6)),
+    _sessions_case("turns-range-reversed", sessions(turns={"min": 5, "max": 2})),
+    _sessions_case("unknown-key", sessions(turn=3)),
+    Case("sessions-trace-text-input", "sessions",
+         _trace_files(jsonl({"session_id": "a", "timestamp": 0, "text_input": "hi", "output_length": 2}),
+                      fmt="mooncake-sessions"), run_case()),
+    Case("sessions-trace-later-timestamp", "sessions",
+         _trace_files(jsonl({"session_id": "a", "timestamp": 9, "input_length": 5, "output_length": 2},
+                            {"session_id": "a", "timestamp": 3, "input_length": 9, "output_length": 2}),
+                      fmt="mooncake-sessions"), run_case()),
+    Case("prefix-repetition-few-requests", "sessions", {"c.yaml": json.dumps(synthetic(
+        input_length=None, num_requests=2, prefix_repetition={"num_prefixes": 5, "prefix_length": 8,
+                                                               "suffix_length": 4}))}, run_case()),
+    Case("agentic-missing-parent", "sessions",
+         _trace_files(jsonl({"request_id": "a", "timestamp": 0, "input_length": 5, "output_length": 2},
+                            {"request_id": "b", "wait_for": ["c"], "input_length": 9, "output_length": 2}),
+                      fmt="agentic-mooncake"), run_case()),
+    Case("agentic-unknown-field", "sessions",
+         _trace_files(jsonl({"request_id": "a", "timestamp": 0, "input_length": 5, "output_length": 2,
+                             "policy_class": "x"}), fmt="agentic-mooncake"), run_case()),
+]
+SAYS.update({
+    "sessions-and-trace": "exactly one of workload.trace, workload.synthetic and workload.sessions",
+    "sessions-closed-loop": "counts requests, not sessions", "sessions-in-flight-poisson": "it is poisson",
+    "sessions-max-requests": "workload.max_requests limits", "sessions-think-unknown": "'distribution' must be one of",
+    "sessions-think-lognormal-no-sigma": "sigma is required", "sessions-think-huge": "think_time of 1e+300 s",
+    "sessions-think-draw-huge": "think_time drew", "sessions-turns-1e12": "10,000,000 per run",
+    "sessions-context-1e9": "a session's last prompt", "sessions-turns-range-reversed": "min (5) is larger",
+    "sessions-unknown-key": "did you mean turns",
+    "sessions-trace-text-input": "line 1: unknown field 'text_input'",
+    "sessions-trace-later-timestamp": "line 2: the timestamp of this turn of session 'a' is earlier",
+    "agentic-missing-parent": "line 2: wait_for names 'c'",
+    "prefix-repetition-few-requests": "must be at least prefix_repetition.num_prefixes", "agentic-unknown-field": "line 1: unknown field",
+})
+
+
 # --------------------------------------------------------------------------- the Python API
 
 

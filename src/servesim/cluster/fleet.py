@@ -70,7 +70,8 @@ class RequestFactory:
         self.interner = interner
 
     def keys(self, trace_request: TraceRequest) -> BlockKeys:
-        return BlockKeys(trace_request.request_id, trace_request.input_length, trace_request.hash_ids,
+        return BlockKeys(trace_request.request_id, trace_request.content_length or trace_request.input_length,
+                         trace_request.hash_ids,
                          self.sched.kv_block_size, self.trace_block_size, self.interner)
 
     def make(self, trace_request: TraceRequest, arrival_ns: int, engine_arrival_ns: int,

@@ -101,6 +101,8 @@ class Simulation:
         # worker's future then depends on other workers only through new arrivals.
         self.scheduled_arrivals = isinstance(client, ScheduledClient)
         self._admit = getattr(client, "admit", None)   # a semaphore in front of the frontend, if any
+        # Requests a completion sends later (a session's next turn after its think time), if any.
+        self._follow_ups = getattr(client, "follow_ups", None)
         self._feed_time: int | None = None   # the pending feed arrival, if any
         self._started = False
         self._inputs_due: list[int] = []     # times of the submits and aborts not yet handled (a heap)
@@ -229,6 +231,14 @@ class Simulation:
         follow = self.client.on_complete(now)
         if follow is not None:
             self.push(now, FRONTEND_ARRIVAL, self._on_frontend_arrival, follow)
+        if self._follow_ups is not None:
+            rejected = request.status == Status.REJECTED
+            for at, later in self._follow_ups(request.request_id, request.num_output, rejected, now):
+                self.push(at, FRONTEND_ARRIVAL, self._on_follow_up, later)
+
+    def _on_follow_up(self, now: int, trace_request: TraceRequest) -> None:
+        if self._admit is None or self._admit(now, trace_request):
+            self._on_frontend_arrival(now, trace_request)
 
     def on_aborted(self, worker: Worker, request: Request, now: int) -> None:
         if request.route is not None:

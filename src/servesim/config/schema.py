@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_serializer, model_validator
 
 from servesim.config.cost import CostConfig
+from servesim.config.sessions import PrefixRepetition, SessionsConfig, check_prefix_repetition, check_sessions_client
 from servesim.engine.registry import BACKENDS, DEFAULT_BACKEND
 from servesim.schema_base import (
     NonNegativeFloat,
@@ -326,6 +327,7 @@ class LengthRange(StrictModel):
 
 
 Length = Union[PositiveInt, LengthRange]
+SessionsConfig.model_rebuild(_types_namespace={"Length": Length, "LengthRange": LengthRange})
 
 
 class SyntheticConfig(StrictModel):
@@ -339,15 +341,27 @@ class SyntheticConfig(StrictModel):
     # The same first prefix_length tokens in every prompt, before its input_length tokens
     # (vLLM's --random-prefix-len); the prefix cache can share them.
     prefix_length: NonNegativeInt = 0
+    prefix_repetition: PrefixRepetition | None = None   # config/sessions.py
 
     @model_validator(mode="after")
     def _lengths(self) -> SyntheticConfig:
+        if self.prefix_repetition is not None:
+            check_prefix_repetition(self)
+            return self
         given = (self.input_length is not None, self.output_length is not None)
         if self.lengths_from is None and given != (True, True):
             raise ValueError("give input_length and output_length, or lengths_from")
         if self.lengths_from is not None and any(given):
             raise ValueError("lengths_from replaces input_length and output_length; give one or the other")
         return self
+
+    @model_serializer(mode="wrap")
+    def _omit_absent_repetition(self, handler):
+        # Written only when given: synthetic configs without it dump (and hash) as before.
+        data = handler(self)
+        if self.prefix_repetition is None and isinstance(data, dict):
+            data.pop("prefix_repetition", None)
+        return data
 
 
 class OpenLoopClient(StrictModel):
@@ -415,7 +429,9 @@ TRACE_FORMATS = ("mooncake", "azure", "vidur", "servesim-jsonl")
 class WorkloadConfig(StrictModel):
     trace: str | None = None
     synthetic: SyntheticConfig | None = None
-    format: Literal["mooncake", "azure", "vidur", "servesim-jsonl"] | None = None
+    sessions: SessionsConfig | None = None   # config/sessions.py
+    format: Literal["mooncake", "azure", "vidur", "servesim-jsonl", "mooncake-sessions",
+                    "agentic-mooncake"] | None = None
     trace_block_size: PositiveInt = 512
     max_requests: PositiveInt | None = None
     # Requests 0 .. warmup_requests-1 run but are left out of the summary's metrics.
@@ -424,9 +440,19 @@ class WorkloadConfig(StrictModel):
 
     @model_validator(mode="after")
     def _one_source(self) -> WorkloadConfig:
-        if (self.trace is None) == (self.synthetic is None):
-            raise ValueError("give exactly one of workload.trace and workload.synthetic")
+        if sum(source is not None for source in (self.trace, self.synthetic, self.sessions)) != 1:
+            raise ValueError("give exactly one of workload.trace, workload.synthetic and workload.sessions")
+        if self.sessions is not None:
+            check_sessions_client(self.sessions, self.client, self.max_requests)
         return self
+
+    @model_serializer(mode="wrap")
+    def _omit_absent_sessions(self, handler):
+        # Written only when given: configs without sessions dump (and hash) as before.
+        data = handler(self)
+        if self.sessions is None and isinstance(data, dict):
+            data.pop("sessions", None)
+        return data
 
 
 class SloConfig(StrictModel):

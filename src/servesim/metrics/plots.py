@@ -233,7 +233,8 @@ def plot_worker_timeline(worker: str, timeline: dict[str, list], path: Path, sub
 
 def run_plot_names(result) -> list[str]:
     """The files `plot_run` writes for this result."""
-    return ["ttft_cdf.png", "tpot_cdf.png", *(f"timeline_{worker}.png" for worker in result.timelines)]
+    sessions = ["ttft_by_turn.png"] if getattr(result, "sessions", None) is not None else []
+    return ["ttft_cdf.png", "tpot_cdf.png", *sessions, *(f"timeline_{worker}.png" for worker in result.timelines)]
 
 
 def plot_run(result, paths: dict[str, Path]) -> dict[str, dict]:
@@ -248,6 +249,10 @@ def plot_run(result, paths: dict[str, Path]) -> dict[str, dict]:
         "tpot_cdf.png": plot_cdf(tpot_ms(result.requests, warmup), paths["tpot_cdf.png"], "TPOT",
                                  cfg.slo.tpot_ms, subtitle),
     }
+    if "ttft_by_turn.png" in paths:
+        from servesim.metrics.session_plots import plot_ttft_by_turn
+
+        data["ttft_by_turn.png"] = plot_ttft_by_turn(result.summary["sessions"], paths["ttft_by_turn.png"], subtitle)
     for worker, timeline in result.timelines.items():
         name = f"timeline_{worker}.png"
         data[name] = plot_worker_timeline(worker, timeline, paths[name], subtitle,

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from servesim.config import SimulationConfig
+from servesim.metrics.jobs import job_rows
+from servesim.metrics.sessions import session_rows
 from servesim.metrics.summary import DEFAULT_PERCENTILES, percentile_word
 
 
@@ -57,6 +59,8 @@ def summary_rows(summary: dict, config: SimulationConfig) -> list[tuple[str, str
             if q != 50:   # the median row shows it
                 word = percentile_word(q)
                 rows.append((f"P{word} {short} (ms)", _num(summary.get(f"p{word}_{key}_ms"))))
+    rows.extend(session_rows(summary))   # metrics/sessions.py: nothing without sessions
+    rows.extend(job_rows(summary))       # metrics/jobs.py: nothing without an agentic trace
     rows.append("Goodput and simulator")
     rows.append(("SLOs", slo_text))
     rows.append(("Good requests", _num(summary["good_requests"])))

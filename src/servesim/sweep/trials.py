@@ -219,6 +219,9 @@ def workload_size(base: dict) -> int:
     path = loaded.trace_path()
     if path is not None:
         return len(load_trace(path, workload.format, workload.max_requests)[0])
+    if workload.sessions is not None:   # halving runs rungs by max_requests, which sessions do not take
+        raise ServesimError("search.halving limits each rung's requests with workload.max_requests, which a "
+                            "workload.sessions base does not take; sweep sessions without halving")
     return min(workload.synthetic.num_requests, workload.max_requests or 1 << 62)
 
 

@@ -38,6 +38,8 @@ class Client:
 
     # A client may also define `admit(time_ns, request) -> bool`: whether a scheduled arrival
     # is sent now (True) or held until a completion releases it (cluster/simulation.py).
+    # And `follow_ups(request_id, outputs, rejected, time_ns)`: the (time, request) pairs that
+    # request's completion at `time_ns` sends later, each through `admit` (workload/sessions.py).
 
 
 class ScheduledClient(Client):

@@ -3,7 +3,9 @@
 A trace `hash_id` stands for `trace_block_size` tokens whose content is a fixed
 function of (hash_id, position in that block). A prompt is its hash_ids'
 tokens in order, cut to `input_length` and padded with request-unique tokens;
-output tokens are unique to their request. Two requests therefore hold equal
+output tokens are unique to their request, except where the request's
+`content_length` says its hash_ids go on over its output (a session turn,
+workload/sessions.py: the next turn's prompt holds that output). Two requests therefore hold equal
 tokens in engine block j (tokens [j·B, (j+1)·B)) exactly when both prompts
 cover that block with hash_id tokens and their hash_id prefixes up to the
 block's last token agree.
@@ -91,7 +93,7 @@ class BlockKeys:
     def __init__(
         self,
         request_id: int,
-        input_length: int,
+        input_length: int,   # the tokens hash_ids may cover (TraceRequest.content_length, else the prompt)
         hash_ids: tuple[int, ...] | None,
         block_size: int,
         trace_block_size: int,

@@ -32,6 +32,10 @@ def content_block_size(workload: WorkloadConfig) -> int:
     synthetic = workload.synthetic
     if synthetic is not None and synthetic.prefix_length:
         return synthetic.prefix_length
+    if synthetic is not None and synthetic.prefix_repetition is not None:
+        return synthetic.prefix_repetition.prefix_length
+    if workload.sessions is not None and workload.sessions.system_prompt_length:
+        return workload.sessions.system_prompt_length
     return workload.trace_block_size
 
 
@@ -39,7 +43,12 @@ def synthetic_count(workload: WorkloadConfig) -> int | None:
     """How many requests a synthetic workload sends (None for a trace, whose list says)."""
     if workload.synthetic is None:
         return None
-    return min(workload.synthetic.num_requests, workload.max_requests or workload.synthetic.num_requests)
+    count = workload.synthetic.num_requests
+    if workload.synthetic.prefix_repetition is not None:   # whole prompts per prefix, as vLLM makes them
+        from servesim.workload.prefix_repetition import repetition_count
+
+        count = repetition_count(workload.synthetic)
+    return min(count, workload.max_requests or count)
 
 
 def _draw(length: int | LengthRange, count: int, rng: np.random.Generator | None) -> np.ndarray:
@@ -49,6 +58,11 @@ def _draw(length: int | LengthRange, count: int, rng: np.random.Generator | None
 
 
 def generate(cfg: SyntheticConfig, root_seed: int, lengths_path: Path | None = None) -> Iterator[TraceRequest]:
+    if cfg.prefix_repetition is not None:
+        from servesim.workload.prefix_repetition import generate_repetition
+
+        yield from generate_repetition(cfg, root_seed if cfg.seed is None else cfg.seed)
+        return
     fixed = lengths_path is None and isinstance(cfg.input_length, int) and isinstance(cfg.output_length, int)
     # Fixed lengths draw nothing, and numpy.random costs start-up time.
     rng = None if fixed else rng_for(root_seed if cfg.seed is None else cfg.seed, "synthetic")

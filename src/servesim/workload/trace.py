@@ -2,7 +2,9 @@
 
 Formats (see docs/config.md):
 - `mooncake`: JSONL `{"timestamp": ms, "input_length", "output_length", "hash_ids"}`
-  (Mooncake FAST'25 release); `servesim-jsonl` adds optional `request_id`, `session_id`.
+  (Mooncake FAST'25 release); `servesim-jsonl` adds optional `request_id`, `session_id`;
+  `mooncake-sessions` is aiperf's and Dynamo's multi-turn form (workload/session_trace.py),
+  `agentic-mooncake` AISimulate's and Dynamo's requests with dependencies (workload/agentic_trace.py).
 - `azure`: CSV `TIMESTAMP,ContextTokens,GeneratedTokens` (Azure LLM inference 2023),
   absolute timestamps taken relative to the first row.
 - `vidur`: CSV with `num_prefill_tokens,num_decode_tokens` and optionally `arrived_at`
@@ -43,6 +45,14 @@ class TraceRequest:
     hash_ids: tuple[int, ...] | None = None
     session_id: str | None = None
     trace_id: str | None = None   # the trace's own id (servesim-jsonl `request_id`), kept for requests.csv
+    # Tokens hash_ids stand for: None, the prompt's only (its output is its own); a session
+    # turn's (workload/sessions.py) cover its output too, which the next turn's prompt holds.
+    content_length: int | None = None
+    # A later turn of a session trace (workload/session_trace.py): sent this long after the
+    # turn before it reached the user; None for every other request.
+    delay_ns: int | None = None
+    # An agentic trace's request (workload/agentic_trace.py): the requests it waits on.
+    parents: tuple[int, ...] | None = None
 
 
 class TraceError(ServesimError):
@@ -264,6 +274,14 @@ def load_trace(path: Path, fmt: str | None = None, limit: int | None = None) -> 
     with _read_errors(path):
         if fmt in ("mooncake", "servesim-jsonl"):
             requests = _read_jsonl(path, fmt, limit)
+        elif fmt == "mooncake-sessions":
+            from servesim.workload.session_trace import read_session_trace
+
+            requests = read_session_trace(path, limit)
+        elif fmt == "agentic-mooncake":
+            from servesim.workload.agentic_trace import read_agentic_trace
+
+            requests = read_agentic_trace(path, limit)
         else:
             requests = _read_csv(path, fmt, limit)
     if not requests:

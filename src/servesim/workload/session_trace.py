@@ -1,0 +1,175 @@
+"""Multi-turn traces: Mooncake JSON lines with sessions (`mooncake-sessions`).
+
+The rows of aiperf's `mooncake_trace` dataset in its multi-turn form (ai-dynamo/aiperf,
+src/aiperf/dataset/loader/models.py `MooncakeTrace`) and of Dynamo's Mooncake replay
+(ai-dynamo/dynamo lib/mocker/src/loadgen/types.rs `MooncakeRow`, trace.rs
+`Trace::from_mooncake`, 2026 main branch): each line is `{"input_length",
+"output_length", "hash_ids"?, "session_id"?, "request_id"?, "timestamp"?, "delay"?}`.
+Lines that share a `session_id` are one session's turns, in file order; a line without
+one is a session of its own. A session's first turn is sent at its `timestamp` (ms; by the
+client: open loop at the time, poisson or bench re-timed) and may carry no delay but 0.
+Each later turn is sent a delay after the turn before it reached the user: its `delay`
+(ms), else, as Dynamo reads it, its `timestamp` minus the session's last timestamp
+before it, else 0. `hash_ids` say what a turn's prompt shares, as in `mooncake`; a
+response's own tokens are shared only through them. A rejected turn ends its session.
+
+aiperf's text inputs (`text_input`, `messages`, `payload`) carry no token counts, and
+Dynamo's `priority`, `strict_priority`, `policy_class` and `output_token_ids` are not
+modelled: they are refused like any unknown field, naming the line.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+from servesim.limits import MAX_HASH_IDS, check_time_ms
+from servesim.workload.clients import Client
+from servesim.workload.sessions import SessionLog, first_turn_client
+from servesim.workload.trace import ENCODING, NS_PER_MS, TraceError, TraceRequest, _json_int
+
+KEYS = {"timestamp", "input_length", "output_length", "hash_ids", "session_id", "request_id", "delay"}
+_INT_TYPE = {int}
+
+
+def _ms(row: dict, name: str, where: str) -> int | None:
+    value = row.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or value < 0:
+        raise TraceError(f"{where}: {name} must be a non-negative number of milliseconds, got {value!r}")
+    check_time_ms(value, f"{where}: {name}")
+    return value * NS_PER_MS if isinstance(value, int) else round(value * NS_PER_MS)
+
+
+def _hash_ids(row: dict, where: str) -> tuple[int, ...] | None:
+    hash_ids = row.get("hash_ids")
+    if hash_ids is None:
+        return None
+    if not isinstance(hash_ids, list) or not set(map(type, hash_ids)) <= _INT_TYPE:
+        raise TraceError(f"{where}: hash_ids must be a list of integers")
+    if len(hash_ids) > MAX_HASH_IDS:
+        raise TraceError(f"{where}: hash_ids lists {len(hash_ids):,} blocks; servesim's limit is {MAX_HASH_IDS:,}")
+    return tuple(hash_ids)
+
+
+def _row(line: str, where: str, keys: set[str] | None = None, fmt: str = "mooncake-sessions") -> dict:
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as err:
+        raise TraceError(f"{where}: invalid JSON ({err.msg})") from None
+    except RecursionError:
+        raise TraceError(f"{where}: invalid JSON (nested too deeply)") from None
+    if not isinstance(row, dict):
+        raise TraceError(f"{where}: expected a JSON object")
+    unknown = sorted(set(row) - (KEYS if keys is None else keys))
+    if unknown:
+        raise TraceError(f"{where}: unknown field {unknown[0]!r} for format {fmt}")
+    return row
+
+
+def _text(row: dict, name: str, where: str) -> str | None:
+    value = row.get(name)
+    if value is not None and (not isinstance(value, str) or not value):
+        raise TraceError(f"{where}: {name} must be a non-empty string, got {value!r}")
+    return value
+
+
+def _delay(session: str, delay: int | None, timestamp: int | None, last: dict[str, int | None], where: str) -> int:
+    """A later turn's delay after the turn before: given, or from the session's timestamps."""
+    if delay is not None:
+        return delay
+    if timestamp is None:
+        return 0
+    before = last.get(session)
+    if before is None:
+        raise TraceError(f"{where}: a later turn of session {session!r} has a timestamp but no delay, and no "
+                         "turn before it a timestamp to count the delay from")
+    if timestamp < before:
+        raise TraceError(f"{where}: the timestamp of this turn of session {session!r} is earlier than the turn "
+                         "before it")
+    return timestamp - before
+
+
+def read_session_trace(path: Path, limit: int | None) -> list[TraceRequest]:
+    """The trace's turns in file order; `delay_ns` is set on every turn after a session's first."""
+    out: list[TraceRequest] = []
+    last: dict[str, int | None] = {}   # sessions seen: their latest timestamp
+    with open(path, encoding=ENCODING) as fh:
+        for line_no, line in enumerate(fh, 1):
+            if limit is not None and len(out) >= limit:
+                break
+            line = line.strip()
+            if not line:
+                continue
+            where = f"{path} line {line_no}"
+            row = _row(line, where)
+            session = _text(row, "session_id", where)
+            later = session is not None and session in last
+            timestamp, delay = _ms(row, "timestamp", where), _ms(row, "delay", where)
+            if not later and delay:
+                raise TraceError(f"{where}: the first turn of a session has a delay; it is sent at its "
+                                 "timestamp (or by the client)")
+            after = _delay(session, delay, timestamp, last, where) if later else None
+            if session is not None and (timestamp is not None or not later):
+                last[session] = timestamp if timestamp is not None else last.get(session)
+            out.append(TraceRequest(
+                request_id=len(out), arrival_ns=None if later else timestamp,
+                input_length=_json_int(row.get("input_length"), "input_length", where),
+                output_length=_json_int(row.get("output_length"), "output_length", where),
+                hash_ids=_hash_ids(row, where), session_id=session, trace_id=_text(row, "request_id", where),
+                delay_ns=after))
+    return out
+
+
+def _log(requests: list[TraceRequest]) -> SessionLog:
+    """Sessions numbered by their first line; turns by their order in the session."""
+    index: dict[tuple[str, object], int] = {}
+    turns: list[int] = []
+    log = SessionLog(turns)
+    for request in requests:
+        key = ("session", request.session_id) if request.session_id is not None else ("alone", request.request_id)
+        session = index.get(key)
+        if session is None:
+            session = index[key] = len(turns)
+            turns.append(0)
+        log.session_of.append(session)
+        log.turn_of.append(turns[session])
+        turns[session] += 1
+    log.started = len(turns)
+    return log
+
+
+class TraceSessionClient(Client):
+    """A session trace's first turns by the client; each later turn its delay after the one before."""
+
+    def __init__(self, requests: list[TraceRequest], client_cfg, root_seed: int) -> None:
+        self._next: dict[int, TraceRequest] = {}
+        last: dict[str, int] = {}
+        firsts = []
+        for request in requests:
+            if request.delay_ns is None:
+                firsts.append(request)
+            else:
+                self._next[last[request.session_id]] = request
+            if request.session_id is not None:
+                last[request.session_id] = request.request_id
+        self.session_log = _log(requests)
+        self._inner = first_turn_client(client_cfg, firsts, root_seed, len(firsts))
+        admit = getattr(self._inner, "admit", None)
+        if admit is not None:   # the simulation looks the hook up: set only when there is one
+            self.admit = admit
+
+    def initial(self) -> Iterator[tuple[int, TraceRequest]]:
+        return self._inner.initial()
+
+    def on_complete(self, time_ns: int) -> TraceRequest | None:
+        return self._inner.on_complete(time_ns)
+
+    def follow_ups(self, request_id: int, outputs: int, rejected: bool,
+                   time_ns: int) -> list[tuple[int, TraceRequest]]:
+        nxt = self._next.pop(request_id, None)
+        if nxt is None or rejected:
+            return []
+        return [(time_ns + nxt.delay_ns, nxt)]
