@@ -31,6 +31,9 @@ def benchmark_command(config, base_url: str, served_model_name: str, tokenizer: 
     synthetic = workload.synthetic
     if workload.trace is not None:
         return _trace_replay(config, base_url, served_model_name, tokenizer, trace_path)
+    if getattr(workload, "sessions", None) is not None:
+        return BenchmarkCommand(None, ("the workload is multi-turn sessions, which `vllm bench serve` cannot send "
+                                       "(each of its requests stands alone)",))
     if synthetic is None or synthetic.lengths_from is not None:
         return BenchmarkCommand(None, ("the workload resamples a file's lengths; `vllm bench serve`'s random "
                                        "dataset cannot send it as servesim replays it",))
