@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
 
+from servesim.config.router_config import RouterConfig  # noqa: F401 (re-exported)
 from servesim.engine.registry import BACKENDS, DEFAULT_BACKEND
 from servesim.schema_base import (
     NonNegativeFloat,
@@ -209,13 +210,6 @@ class KvTransferConfig(StrictModel):
     # async scheduling off (servesim's scheduling contract), or in the first pass it commits
     # after the handoff lands, one pass later while a pass is committed (vLLM 0.33 itself).
     handoff_admission: Literal["next_pass", "after_committed"] = "next_pass"
-
-
-class RouterConfig(StrictModel):
-    policy: Literal["round_robin", "random", "least_outstanding", "kv_aware"] = "round_robin"
-    # kv_aware cost per worker: overlap_weight × prefill blocks to compute + decode blocks in use.
-    overlap_weight: NonNegativeFloat = 1.0
-    seed: NonNegativeInt | None = None   # null: derived from the root seed
 
 
 class RequestPathConfig(StrictModel):
