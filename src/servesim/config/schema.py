@@ -167,6 +167,10 @@ class RoleConfig(StrictModel):
     # The most GPUs one worker (tp × attention_dp × pp) may span; null: the GPU's NVLink domain
     # in the catalogue (8 on HGX boards, 72 on NVL72 racks). Larger: the worker spans nodes.
     gpus_per_node: PositiveInt | None = None
+    # This role's GPU and weight precision; null: the top-level gpu and precision. Prefill and
+    # decode on different GPUs exchange KV over the network both have (docs/fleets.md).
+    gpu: str | None = None
+    precision: Literal["bf16", "fp8", "fp4", "int4"] | None = None
     gpu_memory_utilization: Annotated[float, Field(gt=0, le=1)] = 0.9
     # engine.backend's schema, chosen by EngineConfig (the backend is a sibling of this
     # model's parent, which a field validator cannot see); null: that schema's defaults.
