@@ -16,13 +16,13 @@ from servesim.workload.trace import TraceRequest
 
 
 class Keys:
-    """Block keys: the first `shared` blocks shareable (keys 1, 2, ...)."""
+    """A prompt whose first `shared` blocks are shareable: one run of prefix id 1."""
 
     def __init__(self, shared: int) -> None:
         self.shared_blocks = shared
 
-    def key(self, i: int) -> int:
-        return i + 1 if i < self.shared_blocks else -1000 - i
+    def chunk_spans(self):
+        return [(1, 0, self.shared_blocks, 16)] if self.shared_blocks else []
 
 
 def _worker(cached: int = 0, used: int = 0, usable: int = 100, waiting: int = 0, block_size: int = 16):
@@ -87,6 +87,34 @@ def test_kv_aware_weight_trades_cache_for_load():
         sel._chosen.prefill_tokens = 0
         sel.sent(0, busy)
         assert sel.choose(80, lambda w: Keys(5), now=1) == want
+
+
+def test_kv_aware_counts_a_shared_prefix_once():
+    # Real block keys (16-token engine blocks, 64-token trace blocks): A = [1, 2, 3] (192
+    # tokens, 12 blocks), B = [1, 2, 9] (12 blocks, the first 8 A's), C = [1] (64 tokens, 4
+    # blocks, A's first 4). Trace blocks 3 and 9 are one request's each, so A's and B's last
+    # 4 blocks are their own. Tracking A leaves B's own 4 blocks new and none of C's (A's
+    # own 4 would be new again to another request: no one else can hold them).
+    from servesim.cluster.kv_router import Sequence, WorkerSequences, shared_runs
+    from servesim.workload.prompt import BlockKeys
+
+    interner = PrefixInterner()
+    rows = [TraceRequest(i, 0, n, 1, ids) for i, (n, ids) in enumerate([(192, (1, 2, 3)), (192, (1, 2, 9)),
+                                                                       (64, (1,))])]
+    interner.count_requests(rows, 64)
+    keys = [BlockKeys(r.request_id, r.input_length, r.hash_ids, 16, 64, interner) for r in rows]
+    tracked = WorkerSequences()
+    seqs = [Sequence(shared_runs(k), r.input_length // 16 - k.shared_blocks, 0) for k, r in zip(keys, rows)]
+    assert [tracked.new_blocks(s) for s in seqs] == [12, 12, 4]
+    tracked.add(seqs[0], _request())
+    assert [tracked.new_blocks(s) for s in seqs] == [4, 4, 0]
+    b = _request()
+    tracked.add(seqs[1], b)
+    # 16 distinct blocks, as a set of every block key of A and B counts them.
+    distinct = {k.key(i) for k, r in zip(keys[:2], rows) for i in range(r.input_length // 16)}
+    assert tracked.active_blocks() == len(distinct) == 16
+    tracked.remove(b)
+    assert tracked.active_blocks() == 12 and tracked.new_blocks(seqs[1]) == 4
 
 
 def test_kv_aware_ties_go_to_the_lowest_index():

@@ -24,49 +24,70 @@ TIE_EPSILON = 1e-5
 class Sequence:
     """One request as the router tracks it on the worker it sent it to."""
 
-    __slots__ = ("shared", "unique", "prefill_tokens", "request")
+    __slots__ = ("shared", "shared_count", "unique", "prefill_tokens", "request")
 
-    def __init__(self, shared: tuple[int, ...], unique: int, prefill_tokens: int) -> None:
-        self.shared = shared                 # keys of its shareable full prompt blocks
-        self.unique = unique                 # its other full prompt blocks (no one else's)
+    def __init__(self, shared: tuple[tuple[int, int], ...], unique: int, prefill_tokens: int,
+                 shared_count: int | None = None) -> None:
+        # Its shareable full prompt blocks as runs: (prefix id, blocks of that id's run it
+        # holds). Every prompt reaching a prefix id cuts the same run of blocks from it, so
+        # two sequences share exactly the head of a run the shorter one holds.
+        self.shared = shared
+        self.shared_count = sum(length for _, length in shared) if shared_count is None else shared_count
+        self.unique = unique                  # its other full prompt blocks (no one else's)
         self.prefill_tokens = prefill_tokens  # prompt tokens past the worker's cached prefix
-        self.request = None                  # the engine request, once sent
+        self.request = None                   # the engine request, once sent
 
 
 class WorkerSequences:
     """The sequences a router sent one worker and has not seen finish."""
 
     def __init__(self) -> None:
-        self.shared_refs: dict[int, int] = {}   # block key → sequences holding it
+        # Per prefix id: how many sequences hold each head length of its run, and the longest
+        # (the distinct blocks of that run the worker's sequences hold).
+        self.heads: dict[int, dict[int, int]] = {}
+        self.longest: dict[int, int] = {}
+        self.shared_blocks = 0                  # Σ longest
         self.unique_blocks = 0
         self.prefill_tokens = 0                 # of the sequences whose first token is not back
         self.prefilling: list[Sequence] = []
         self.by_request: dict[int, Sequence] = {}
 
     def active_blocks(self) -> int:
-        return len(self.shared_refs) + self.unique_blocks
+        return self.shared_blocks + self.unique_blocks
 
     def new_blocks(self, seq: Sequence) -> int:
-        refs = self.shared_refs
-        return sum(1 for key in seq.shared if key not in refs) + seq.unique
+        """Its full blocks no tracked sequence holds. A run's blocks name the whole prompt up to
+        their end, so once a run is not wholly held, no later one is held at all."""
+        longest = self.longest
+        held = 0
+        for node, length in seq.shared:
+            run_held = longest.get(node, 0)
+            if run_held < length:
+                held += run_held
+                break
+            held += length
+        return seq.unique + seq.shared_count - held
 
     def settle(self, now: int) -> None:
         """Mark prefill complete for the sequences whose first token is out by `now`."""
-        still = []
-        for seq in self.prefilling:
-            first = seq.request.first_token_ns
-            if first is not None and first <= now:
-                self.prefill_tokens -= seq.prefill_tokens
-            else:
-                still.append(seq)
-        self.prefilling = still
+        done = [seq for seq in self.prefilling
+                if seq.request.first_token_ns is not None and seq.request.first_token_ns <= now]
+        if done:
+            self.prefill_tokens -= sum(seq.prefill_tokens for seq in done)
+            gone = {id(seq) for seq in done}
+            self.prefilling = [seq for seq in self.prefilling if id(seq) not in gone]
 
     def add(self, seq: Sequence, request) -> None:
         seq.request = request
         self.by_request[id(request)] = seq
-        refs = self.shared_refs
-        for key in seq.shared:
-            refs[key] = refs.get(key, 0) + 1
+        heads, longest = self.heads, self.longest
+        for node, length in seq.shared:
+            counts = heads.setdefault(node, {})
+            counts[length] = counts.get(length, 0) + 1
+            top = longest.get(node, 0)
+            if length > top:
+                longest[node] = length
+                self.shared_blocks += length - top
         self.unique_blocks += seq.unique
         self.prefill_tokens += seq.prefill_tokens
         self.prefilling.append(seq)
@@ -75,23 +96,32 @@ class WorkerSequences:
         seq = self.by_request.pop(id(request), None)
         if seq is None:
             return
-        refs = self.shared_refs
-        for key in seq.shared:
-            left = refs[key] - 1
+        heads, longest = self.heads, self.longest
+        for node, length in seq.shared:
+            counts = heads[node]
+            left = counts[length] - 1
             if left:
-                refs[key] = left
-            else:
-                del refs[key]
+                counts[length] = left
+                continue
+            del counts[length]
+            if length == longest[node]:
+                top = max(counts) if counts else 0
+                self.shared_blocks -= length - top
+                if counts:
+                    longest[node] = top
+                else:
+                    del longest[node], heads[node]
         self.unique_blocks -= seq.unique
         if seq in self.prefilling:
             self.prefilling.remove(seq)
             self.prefill_tokens -= seq.prefill_tokens
 
 
-def prompt_sequence(input_length: int, block_size: int, keys, overlap: int) -> Sequence:
-    full = input_length // block_size
-    shared = () if keys is None else tuple(keys.key(i) for i in range(min(full, keys.shared_blocks)))
-    return Sequence(shared, full - len(shared), max(input_length - overlap * block_size, 0))
+def shared_runs(keys) -> tuple[tuple[int, int], ...]:
+    """A prompt's shareable full blocks as (prefix id, blocks) runs (none without prefix caching)."""
+    if keys is None:
+        return ()
+    return tuple((node, stop - first) for node, first, stop, _ in keys.chunk_spans())
 
 
 class KvAwareSelector:
@@ -108,13 +138,19 @@ class KvAwareSelector:
 
     def costs(self, input_length: int, keys_for, now: int) -> tuple[list[float], list[Sequence]]:
         costs, seqs = [], []
+        shared_of: dict = {}   # the prompt's shareable runs, once per keys object
         for worker, tracked in zip(self.workers, self.sequences):
             tracked.settle(now)
             kv = worker.scheduler.kv
             size = kv.block_size
             keys = keys_for(worker) if keys_for is not None else None
             overlap = kv.cached_prefix_blocks(keys) if keys is not None else 0
-            seq = prompt_sequence(input_length, size, keys, overlap)
+            shared = shared_of.get(id(keys))
+            if shared is None:
+                shared = shared_of[id(keys)] = shared_runs(keys)
+            shared_count = 0 if keys is None else keys.shared_blocks
+            seq = Sequence(shared, input_length // size - shared_count, max(input_length - overlap * size, 0),
+                           shared_count)
             prefill_blocks = (tracked.prefill_tokens + seq.prefill_tokens) / size
             decode_blocks = tracked.active_blocks() + tracked.new_blocks(seq)
             costs.append(self.weight * prefill_blocks + decode_blocks)

@@ -41,7 +41,8 @@ class LlmDPicker:
         factory = self.factory
         keys = BlockKeys(trace_request.request_id, trace_request.input_length, trace_request.hash_ids, size,
                          factory.trace_block_size, factory.interner)
-        return [keys.key(i) for i in range(full)]
+        shared = min(full, keys.shared_blocks)
+        return keys.shared_keys(0, shared) + [keys.key(i) for i in range(shared, full)]
 
     def metrics(self, now: int) -> list[tuple[int, float]]:
         """(waiting requests, KV cache usage) per worker, as of the last scrape."""
