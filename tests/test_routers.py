@@ -216,3 +216,48 @@ def test_llm_d_ties_are_seeded():
 def test_overlap_weight_is_an_alias():
     assert RouterConfig.model_validate({"overlap_weight": 2.5}).overlap_score_weight == 2.5
     assert RouterConfig.model_validate({"overlap_score_weight": 1.5}).overlap_weight == 1.5
+
+
+# ---------------------------------------------------------------- bookkeeping property
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_CHAINS = st.lists(st.tuples(st.lists(st.integers(1, 4), min_size=0, max_size=4), st.integers(1, 300)),
+                   min_size=1, max_size=12)
+
+
+@settings(max_examples=60, deadline=None)
+@given(_CHAINS, st.data())
+def test_run_bookkeeping_counts_the_distinct_blocks_of_every_key(prompts, data):
+    """Against a plain set of every block key: the runs count the same distinct blocks, and
+    new_blocks the same blocks missing, after any order of adds and removes."""
+    from servesim.cluster.kv_router import Sequence, WorkerSequences, shared_runs
+    from servesim.workload.prompt import BlockKeys
+
+    interner = PrefixInterner()
+    # Hash ids drawn from a small alphabet, made chains (the trace's prefix property): id
+    # of position i depends on the ids before it.
+    rows = []
+    for i, (ids, length) in enumerate(prompts):
+        chain = tuple(hash((tuple(ids[:j + 1]),)) % 10_000 for j in range(len(ids)))
+        rows.append(TraceRequest(i, 0, length, 1, chain or None))
+    interner.count_requests(rows, 64)
+    keys = [BlockKeys(r.request_id, r.input_length, r.hash_ids, 16, 64, interner) for r in rows]
+    seqs = [Sequence(shared_runs(k), r.input_length // 16 - k.shared_blocks, 0) for k, r in zip(keys, rows)]
+    full_keys = [{k.key(j) for j in range(r.input_length // 16)} for k, r in zip(keys, rows)]
+    tracked, held, requests = WorkerSequences(), [], [_request() for _ in rows]
+    for _ in range(2 * len(rows)):
+        i = data.draw(st.integers(0, len(rows) - 1))
+        if i in held:
+            tracked.remove(requests[i])
+            held.remove(i)
+        else:
+            tracked.add(seqs[i], requests[i])
+            held.append(i)
+        union = set().union(*(full_keys[h] for h in held)) if held else set()
+        assert tracked.active_blocks() == len(union)
+        for j in range(len(rows)):
+            want = len(full_keys[j] - union) if j not in held else None
+            if want is not None:
+                assert tracked.new_blocks(seqs[j]) == want
