@@ -96,7 +96,7 @@ def test_default_run_matches_reference():
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(scenarios(), st.one_of(TIMINGS, st.just({"kind": "roofline"})), st.sampled_from(["prefill", "decode"]),
-       st.sampled_from(["round_robin", "kv_aware"]),
+       st.sampled_from(["round_robin", "kv_aware", "llm_d"]),
        st.sampled_from(["vllm", "sglang", "trtllm"]), st.data(), st.sampled_from([0.0, 3.7]))
 def test_fast_matches_reference_disaggregated(tmp_path, scenario, timing, first_token_from, policy, backend, data,
                                               tokenization_ms):
@@ -157,7 +157,7 @@ def test_single_request_prefixes_as_private_blocks_change_nothing(tmp_path, monk
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(steady_scenarios(), TIMINGS, st.sampled_from(["round_robin", "least_outstanding", "kv_aware", "random"]),
+@given(steady_scenarios(), TIMINGS, st.sampled_from(["round_robin", "least_outstanding", "kv_aware", "random", "llm_d"]),
        st.integers(2, 4), st.sampled_from([0.0, 0.3]))
 def test_fast_matches_reference_replicas(tmp_path, scenario, timing, policy, count, tokenization_ms):
     """Several aggregated workers behind a router: each fast-forwards up to its own horizon."""
@@ -412,15 +412,17 @@ def test_a_run_takes_no_pass_past_a_finish_that_ends_after_the_next_arrival(tmp_
              "num_gpu_blocks": 64, "max_num_seqs": 8, "max_num_batched_tokens": 64, "max_model_len": 64}
     config = _open_loop_10ms(tmp_path, rows, sched)
     config["engine"]["workers"]["aggregated"]["count"] = 2
-    config["router"] = {"policy": "kv_aware"}
+    config["router"] = {"policy": "llm_d", "seed": 1, "llm_d": {"metrics_interval_ms": 0, "prefix_cache_weight": 0,
+                                                                 "queue_weight": 0}}
     fast = assert_same(config)
-    # kv_aware cost: prompt blocks + blocks in use (no prefix caching). R0 goes to worker 0
-    # (a tie), R1 to worker 1 (worker 0 holds 3 blocks), R2 to worker 0 (3 against 4). On
+    # llm_d scoring KV usage alone, read at the instant of routing: the fewest blocks in use
+    # wins. R0 goes to worker 0 (a tie, seed 1's draw), R1 to worker 1 (worker 0 holds 3
+    # blocks), R2 to worker 0 (3 against 4). On
     # worker 0, R0's tokens come at 15, 25, ..., 55; R2's prompt runs in [35,45). At 46,
     # R0's last pass [45,55) is running, so worker 0 holds R0's 4 blocks and R2's 3 (its
-    # position 8, committed behind): R3 costs 3 + 7 there against 3 + 4 on worker 1. Had a
+    # position 8, committed behind): 7 blocks in use there against 4 on worker 1. Had a
     # run [45,65) gone past R0's finish, R0's blocks would be free by 46 and R3 would go to
-    # worker 0 (3 + 3).
+    # worker 0 (3 against 4).
     assert [r.worker for r in fast.requests] == ["aggregated-0", "aggregated-1", "aggregated-0", "aggregated-1"]
     assert [r.finish_ns // 1_000_000 for r in fast.requests] == [55, 106, 165, 186]
 

@@ -56,10 +56,11 @@ def _req(t, ids, inp=80, out=2):
 
 
 def test_kv_aware_sends_a_repeated_prefix_back(run):
-    # Cost = prefill blocks to compute + blocks in use. 0 → worker 0 (tie). 1 (other prefix) at
-    # 0.5 ms: worker 0 holds 6 blocks for request 0 (80 prompt tokens + 1), worker 1 none:
-    # costs 5 + 6 vs 5 + 0 → worker 1. At 50 ms both finished (blocks free but cached);
-    # request 2 shares request 0's first 4 blocks: worker 0 costs 5 - 4 + 0 = 1, worker 1 5.
+    # Cost = prefill tokens / 16 (queued + this prompt past the cached prefix) + decode blocks
+    # (the router's tracked full prompt blocks, this one's included). 0 → worker 0 (tie at
+    # 80/16 + 5 = 10). 1 (other prefix) at 0.5 ms: request 0's prefill is still queued on
+    # worker 0: (80 + 80)/16 + 5 + 5 = 20 vs 10 → worker 1. At 50 ms both finished (blocks
+    # cached): request 2 shares request 0's first 4 blocks: worker 0 (80 - 64)/16 + 5 = 6, worker 1 10.
     rows = [_req(0.0, SHARED), _req(0.5, OTHER), _req(50.0, SHARED)]
     r = run(rows, config_extra={**_fleet(2, "kv_aware"), "workload.trace_block_size": 16},
             async_scheduling=False)
@@ -68,14 +69,36 @@ def test_kv_aware_sends_a_repeated_prefix_back(run):
 
 
 def test_kv_aware_avoids_a_loaded_worker(run):
-    # As above, but when request 3 arrives worker 0 is busy decoding a long request 2 that
-    # holds 10 blocks (150 tokens + growth): worker 0 costs 5 - 4 + 10 = 11, worker 1 5 + 0.
+    # As above, but when request 3 arrives (60.5 ms) worker 0 is decoding a long request 2
+    # (150 tokens: 9 full blocks tracked, its prefill done at 60 ms): worker 0 costs
+    # (80 - 64)/16 + 9 + 5 = 15, worker 1 80/16 + 5 = 10.
     rows = [_req(0.0, SHARED), _req(0.5, OTHER), _req(50.0, [5], inp=150, out=400), _req(60.5, SHARED)]
     r = run(rows, config_extra={**_fleet(2, "kv_aware"), "workload.trace_block_size": 16},
             async_scheduling=False)
     assert r.by_id[2].worker == "aggregated-0"
     assert r.by_id[3].worker == "aggregated-1"
-    # With the overlap weighted 3 times, the cached prefix wins again: 3 × 1 + 10 < 3 × 5 + 0.
+    # With the overlap weighted 3 times, the cached prefix wins again: 3 × 1 + 14 < 3 × 5 + 5.
     w = run(rows, config_extra={**_fleet(2, "kv_aware", overlap_weight=3.0), "workload.trace_block_size": 16},
             async_scheduling=False)
     assert w.by_id[3].worker == "aggregated-0"
+
+
+def test_kv_aware_counts_what_it_sent_before_the_engine_sees_it(run):
+    # Three 80-token requests at 0, 0.1, 0.2 ms, same prefix: nothing is cached before the first
+    # prefill ends (10 ms), so the router balances on its own queued prefill: 0 → w0 (tie),
+    # 1 → w1 (w0: (80+80)/16 + 5 + 1 = 16 against 10; the shared 4 blocks are tracked once),
+    # 2 → w0 (w0 16, w1 16: tie, lowest index).
+    rows = [_req(0.0, SHARED), _req(0.1, SHARED), _req(0.2, SHARED)]
+    r = run(rows, config_extra={**_fleet(2, "kv_aware"), "workload.trace_block_size": 16},
+            async_scheduling=False)
+    assert [r.by_id[i].worker for i in range(3)] == ["aggregated-0", "aggregated-1", "aggregated-0"]
+
+
+def test_llm_d_follows_its_own_prefix_memory(run):
+    # 128-token prompts, 64-token picker blocks. 0 → w0 (every score equal, the seeded draw);
+    # the picker remembers its 2 blocks there. At 50 ms (both idle, queues and KV equal after
+    # the finishes) request 1 shares both blocks: w0 3·1 + 2 + 2 = 7 against w1 4 → w0.
+    rows = [_req(0.0, [1, 2], inp=128), _req(50.0, [1, 2], inp=128)]
+    r = run(rows, config_extra={**_fleet(2, "llm_d"), "workload.trace_block_size": 64},
+            async_scheduling=False)
+    assert r.by_id[0].worker == r.by_id[1].worker

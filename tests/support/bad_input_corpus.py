@@ -359,11 +359,25 @@ CASES: list[Case] = [
          {"c.yaml": cfg_text(model="deepseek-r1", gpu="h200", engine__workers={"aggregated": {"tp": 8, "ep": 4}}),
           "trace.jsonl": TRACE},
          ["deploy", "{d}/c.yaml", "--out", "{d}/out"], check=_no_file("out")),
+    # ------------------------------------------------------------------ routers
+    Case("router-overlap-weight-twice", "router", {"c.yaml": cfg_text(), "trace.jsonl": TRACE},
+         run_case("{d}/c.yaml", "--set", "router.overlap_weight=1", "--set", "router.overlap_score_weight=2")),
+    Case("router-llm-d-block-0", "router", {"c.yaml": cfg_text(), "trace.jsonl": TRACE},
+         run_case("{d}/c.yaml", "--set", "router.policy=llm_d", "--set", "router.llm_d.block_size=0")),
+    Case("router-temperature-negative", "router", {"c.yaml": cfg_text(), "trace.jsonl": TRACE},
+         run_case("{d}/c.yaml", "--set", "router.router_temperature=-1")),
+    Case("role-gpu-unknown", "hardware", {"c.yaml": cfg_text(), "trace.jsonl": TRACE},
+         run_case("{d}/c.yaml", "--set", "engine.workers.aggregated.gpu=h900")),
+    Case("pd-kv-dtypes-differ", "hardware", {"c.yaml": cfg_text(), "trace.jsonl": TRACE},
+         run_case("{d}/c.yaml", "--set", 'engine.workers={"prefill": {"precision": "fp8"}, "decode": {}}')),
 ]
 
 
 # What each refusal must name: the real cause, not a later symptom (a missing trace, ...).
 SAYS = {
+    "router-overlap-weight-twice": "overlap_score_weight or its alias overlap_weight, not both",
+    "router-llm-d-block-0": "router.llm_d.block_size", "router-temperature-negative": "router.router_temperature",
+    "role-gpu-unknown": "engine.workers.aggregated.gpu: unknown GPU", "pd-kv-dtypes-differ": "fp8 and decode in bf16",
     "epoch-ms-scaled": "time_scale 1e+09", "timestamp-1e300": "timestamp must be between 0 and",
     "timestamp-inf": "got inf", "timestamp-int-huge": "timestamp must be between", "input-length-huge":
     "input_length is", "output-length-huge": "output_length is", "vidur-arrived-huge": "arrived_at must be",

@@ -45,7 +45,7 @@ def build_cluster(spec: RunSpec, engines: RunEngines, client: Client, collector:
     factories, routers = {}, {}
     for name, role in roles.items():
         factories[name] = RequestFactory(role.scheduler_cfg, content_block_size(workload), interner)
-        routers[name] = Router(spec.router, role.workers, purpose=f"router:{name}")
+        routers[name] = Router(spec.router, role.workers, purpose=f"router:{name}", factory=factories[name])
     cluster = Cluster(roles, factories, routers, spec.transfer)
     return Simulation(client, spec.request_path, collector, cluster, on_token)
 

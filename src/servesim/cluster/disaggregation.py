@@ -81,7 +81,8 @@ class Disaggregation:
             keys = prefill.keys
             if keys is None or keys.block_size != factory.sched.kv_block_size:
                 keys = factory.keys(trace_request)
-        index = router.choose(trace_request.input_length, trace_request.output_length, lambda worker: keys)
+        index = router.choose(trace_request.input_length, trace_request.output_length, lambda worker: keys,
+                              trace_request, now)
         decode_worker = self.decode_workers[index]
         request = factory.make(trace_request, prefill.arrival_ns, prefill.engine_arrival_ns, keys=keys)
         request.worker = decode_worker.name
@@ -98,7 +99,7 @@ class Disaggregation:
                 sim.complete(request, now)
                 return
         tokens = trace_request.input_length + request.max_tokens
-        router.sent(index, tokens)
+        router.sent(index, tokens, request)
         request.route = (router, index, tokens)
         self.pending.setdefault(decode_worker.name, deque()).append((request, prefill, prefill_worker))
         self.reserve(decode_worker, now)

@@ -9,20 +9,23 @@ holds as its cache events have announced them. It never looks ahead.
 - `random`: uniformly, from a seeded stream.
 - `least_outstanding`: fewest tokens in flight (prompt + requested output of the
   requests sent and not yet finished); ties go to the lowest index.
-- `kv_aware` (after NVIDIA Dynamo's KV router): the worker with the lowest cost
-  `overlap_weight × prefill blocks to compute + decode blocks in use`, where the
-  blocks to compute are the request's prompt blocks minus the longest prefix that
-  worker already caches; ties go to the lowest index.
+- `kv_aware` (after NVIDIA Dynamo's KV router, cluster/kv_router.py): the lowest
+  `overlap_score_weight × prefill blocks + decode blocks`, both from the router's own
+  bookkeeping of what it sent and the prefix the worker's cache events announce.
+- `llm_d` (after llm-d's endpoint picker, cluster/llm_d_router.py): the highest weighted
+  sum of prefix-cache, queue, KV-utilisation and load scores.
 """
 
 from __future__ import annotations
 
+from servesim.cluster.kv_router import KvAwareSelector
+from servesim.cluster.llm_d_router import LlmDPicker
 from servesim.config.run_spec import RouterSpec
 from servesim.seeds import rng_for
 
 
 class Router:
-    def __init__(self, cfg: RouterSpec, workers: list, purpose: str = "router") -> None:
+    def __init__(self, cfg: RouterSpec, workers: list, purpose: str = "router", factory=None) -> None:
         self.policy = cfg.policy
         self.overlap_weight = cfg.overlap_weight
         self.workers = workers
@@ -31,9 +34,19 @@ class Router:
         self._purpose = purpose
         self._rng = None   # made on the first random choice: numpy.random costs start-up time
         self.outstanding = [0] * len(workers)
+        self.selector = None
+        if cfg.policy == "kv_aware":
+            self.selector = KvAwareSelector(workers, cfg.overlap_weight, cfg.temperature, self._make_rng)
+        elif cfg.policy == "llm_d":
+            self.selector = LlmDPicker(cfg.llm_d, workers, factory, self._make_rng)
 
-    def choose(self, input_length: int, output_length: int, keys_for=None) -> int:
-        """Index of the worker for a request; `keys_for(worker)` gives its prompt's block keys there."""
+    def _make_rng(self):
+        return rng_for(self._seed, self._purpose)
+
+    def choose(self, input_length: int, output_length: int, keys_for=None, trace_request=None,
+               now: int = 0) -> int:
+        """Index of the worker for a request; `keys_for(worker)` gives its prompt's block keys
+        there. `now`: the routing instant (what the router's bookkeeping has heard by then)."""
         n = len(self.workers)
         if n == 1:
             return 0
@@ -47,21 +60,18 @@ class Router:
             return int(self._rng.integers(n))
         if self.policy == "least_outstanding":
             return min(range(n), key=lambda i: (self.outstanding[i], i))
-        return self._kv_aware(input_length, keys_for)
+        if self.policy == "kv_aware":
+            return self.selector.choose(input_length, keys_for, now)
+        return self.selector.choose(trace_request, now)
 
-    def _kv_aware(self, input_length: int, keys_for) -> int:
-        best, best_cost = 0, None
-        for i, worker in enumerate(self.workers):
-            kv = worker.scheduler.kv
-            prompt_blocks = -(-input_length // kv.block_size)
-            overlap = kv.cached_prefix_blocks(keys_for(worker)) if keys_for is not None else 0
-            cost = self.overlap_weight * (prompt_blocks - overlap) + kv.num_used
-            if best_cost is None or cost < best_cost:
-                best, best_cost = i, cost
-        return best
-
-    def sent(self, index: int, tokens: int) -> None:
+    def sent(self, index: int, tokens: int, request=None) -> None:
         self.outstanding[index] += tokens
+        if self.policy == "kv_aware" and len(self.workers) > 1:
+            self.selector.sent(index, request)
+        elif self.policy == "llm_d" and len(self.workers) > 1:
+            self.selector.sent(index)
 
-    def returned(self, index: int, tokens: int) -> None:
+    def returned(self, index: int, tokens: int, request=None) -> None:
         self.outstanding[index] -= tokens
+        if self.policy == "kv_aware" and len(self.workers) > 1:
+            self.selector.returned(index, request)

@@ -176,7 +176,8 @@ class Simulation:
         factory = self.factories[role_name]
         router = self.routers[role_name]
         keys = factory.keys(trace_request) if factory.sched.prefix_caching else None
-        index = router.choose(trace_request.input_length, trace_request.output_length, lambda worker: keys)
+        index = router.choose(trace_request.input_length, trace_request.output_length, lambda worker: keys,
+                              trace_request, now)
         worker = role.workers[index]
         request = factory.make(trace_request, now, engine_arrival, max_output, keys)
         request.worker = worker.name
@@ -186,7 +187,7 @@ class Simulation:
             self.complete(request, engine_arrival)
             return request
         tokens = trace_request.input_length + request.max_tokens
-        router.sent(index, tokens)
+        router.sent(index, tokens, request)
         request.route = (router, index, tokens)
         self.push_engine_arrival(engine_arrival, worker, request)
         return request
@@ -210,7 +211,7 @@ class Simulation:
         for request in done.finished:
             if request.route is not None:
                 router, index, tokens = request.route
-                router.returned(index, tokens)
+                router.returned(index, tokens, request)
             if self.disaggregation is not None and self.disaggregation.on_finished(worker, request, done.end_ns):
                 continue
             self.complete(request, done.end_ns)
@@ -243,7 +244,7 @@ class Simulation:
     def on_aborted(self, worker: Worker, request: Request, now: int) -> None:
         if request.route is not None:
             router, index, tokens = request.route
-            router.returned(index, tokens)
+            router.returned(index, tokens, request)
         request.finish_ns = now
         self.aborted.append(request)
 

@@ -30,30 +30,40 @@ def resolve(loaded: LoadedConfig) -> RunSpec:
     config.engine.version = config.engine.version or backend.newest_version
     native = model.arch.native_dtype if model.arch.native_dtype in ("bf16", "fp8") else "bf16"
     config.precision = config.precision or native
-    if config.kv_cache_dtype == "auto":
-        config.kv_cache_dtype = "fp8" if config.precision in ("fp8", "fp4") else "bf16"
+    kv_auto = config.kv_cache_dtype == "auto"
+    if kv_auto:
+        config.kv_cache_dtype = _kv_dtype_for(config.precision)
     check_fleet_size(config)
     deployments = {}
     for role, role_cfg in config.engine.roles().items():
         where = f"engine.workers.{role}.scheduler"
-        role_cfg.gpus_per_node = gpus_per_node(role_cfg.gpus_per_node, gpu)
-        check_parallelism(f"engine.workers.{role}", model.arch, gpu, tp=role_cfg.tp, attention_dp=role_cfg.attention_dp,
-                          ep=role_cfg.ep, pp=role_cfg.pp, node_gpus=role_cfg.gpus_per_node)
+        role_gpu = gpu if role_cfg.gpu is None else _role_gpu(role, role_cfg.gpu)
+        if role_cfg.gpu is not None:
+            role_cfg.gpu = role_gpu.name
+        precision = role_cfg.precision or config.precision
+        kv_dtype = _kv_dtype_for(precision) if kv_auto else config.kv_cache_dtype
+        role_cfg.gpus_per_node = gpus_per_node(role_cfg.gpus_per_node, role_gpu)
+        check_parallelism(f"engine.workers.{role}", model.arch, role_gpu, tp=role_cfg.tp,
+                          attention_dp=role_cfg.attention_dp, ep=role_cfg.ep, pp=role_cfg.pp,
+                          node_gpus=role_cfg.gpus_per_node)
         if role_cfg.pp != 1:
             raise ServesimError(f"engine.workers.{role}.pp: pipeline parallelism is not modelled yet; use pp: 1")
-        deployment = deployments[role] = Deployment(model.arch, gpu, config.precision, config.kv_cache_dtype,
+        deployment = deployments[role] = Deployment(model.arch, role_gpu, precision, kv_dtype,
                                                     tp=role_cfg.tp, attention_dp=role_cfg.attention_dp,
                                                     ep=role_cfg.ep)
         # The engine's own defaults for every null (engine/<backend>/defaults.py).
-        role_cfg.scheduler = backend.resolve_scheduler(role_cfg.scheduler, where, gpu, model, deployment,
+        role_cfg.scheduler = backend.resolve_scheduler(role_cfg.scheduler, where, role_gpu, model, deployment,
                                                        role_cfg, role)
+    _check_kv_dtypes_match(deployments)
     timing = config.engine.timing
     if isinstance(timing, RooflineTiming) and timing.profile is None:
-        # Record which fitted profile the run uses (config.resolved.yaml shows it).
+        # Record which fitted profile the run uses (config.resolved.yaml shows it), when every
+        # role uses the same one; roles on different GPUs find each their own.
         from servesim.timing.roofline import fitted_profile
 
-        _, key = fitted_profile(gpu.name, backend.timing_profile)
-        if key != "built-in defaults":
+        keys = {fitted_profile(d.gpu.name, backend.timing_profile)[1] for d in deployments.values()}
+        key = keys.pop() if len(keys) == 1 else None
+        if key not in (None, "built-in defaults"):
             timing.profile = key
     trace_path = loaded.trace_path()
     if trace_path is not None:
@@ -68,3 +78,24 @@ def resolve(loaded: LoadedConfig) -> RunSpec:
         lengths_path = lengths_path.resolve()
         synthetic.lengths_from = str(lengths_path)
     return lower(config, model, gpu, backend, deployments, trace_path, loaded.source, lengths_path)
+
+
+def _role_gpu(role: str, name: str):
+    try:
+        return resolve_gpu(name)
+    except ServesimError as err:
+        raise ServesimError(f"engine.workers.{role}.gpu: {err}") from None
+
+
+def _kv_dtype_for(precision: str) -> str:
+    """kv_cache_dtype auto: fp8 KV with fp8 or fp4 weights, else bf16."""
+    return "fp8" if precision in ("fp8", "fp4") else "bf16"
+
+
+def _check_kv_dtypes_match(deployments: dict[str, Deployment]) -> None:
+    prefill, decode = deployments.get("prefill"), deployments.get("decode")
+    if prefill is not None and decode is not None and prefill.kv_dtype != decode.kv_dtype:
+        raise ServesimError(
+            f"engine.workers: prefill keeps its KV cache in {prefill.kv_dtype} and decode in {decode.kv_dtype}; "
+            "a KV transfer copies blocks as they are, so give both roles precisions with the same KV dtype "
+            "or set kv_cache_dtype")

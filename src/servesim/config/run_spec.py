@@ -69,8 +69,10 @@ class TransferSpec:
 @dataclass(frozen=True)
 class RouterSpec:
     policy: str
-    overlap_weight: float
+    overlap_weight: float       # router.overlap_score_weight (kv_aware)
     seed: int                   # router.seed, or the root seed when it is null
+    temperature: float = 0.0    # router.router_temperature (kv_aware)
+    llm_d: Any = None           # router.llm_d (config/router_config.py LlmDConfig)
 
 
 @dataclass(frozen=True)
@@ -111,7 +113,9 @@ def lower(config: SimulationConfig, model: ModelSpec, gpu: GpuSpec, backend: Bac
     engine = config.engine
     roles = {name: _role(name, role_cfg, deployments[name]) for name, role_cfg in engine.roles().items()}
     transfer = _transfer(engine.kv_transfer, deployments) if engine.disaggregated else None
-    router = RouterSpec(config.router.policy, config.router.overlap_weight, _router_seed(config.router, config.seed))
+    router = RouterSpec(config.router.policy, config.router.overlap_score_weight,
+                        _router_seed(config.router, config.seed), config.router.router_temperature,
+                        config.router.llm_d)
     return RunSpec(config, model, gpu, backend, engine.version, config.seed, _request_path(config, model, backend),
                    config.workload.warmup_requests, engine.reference, MappingProxyType(roles), router, transfer,
                    trace_path, source, lengths_path)

@@ -15,6 +15,7 @@ from pydantic import Field, ValidationError, ValidationInfo, field_validator, mo
 
 from servesim.config.cost import CostConfig
 from servesim.config.sessions import PrefixRepetition, SessionsConfig, check_prefix_repetition, check_sessions_client
+from servesim.config.router_config import RouterConfig  # noqa: F401 (re-exported)
 from servesim.engine.registry import BACKENDS, DEFAULT_BACKEND
 from servesim.schema_base import (
     NonNegativeFloat,
@@ -168,6 +169,10 @@ class RoleConfig(StrictModel):
     # The most GPUs one worker (tp × attention_dp × pp) may span; null: the GPU's NVLink domain
     # in the catalogue (8 on HGX boards, 72 on NVL72 racks). Larger: the worker spans nodes.
     gpus_per_node: PositiveInt | None = None
+    # This role's GPU and weight precision; null: the top-level gpu and precision. Prefill and
+    # decode on different GPUs exchange KV over the network both have (docs/fleets.md).
+    gpu: str | None = None
+    precision: Literal["bf16", "fp8", "fp4", "int4"] | None = None
     gpu_memory_utilization: Annotated[float, Field(gt=0, le=1)] = 0.9
     # engine.backend's schema, chosen by EngineConfig (the backend is a sibling of this
     # model's parent, which a field validator cannot see); null: that schema's defaults.
@@ -211,13 +216,6 @@ class KvTransferConfig(StrictModel):
     # async scheduling off (servesim's scheduling contract), or in the first pass it commits
     # after the handoff lands, one pass later while a pass is committed (vLLM 0.33 itself).
     handoff_admission: Literal["next_pass", "after_committed"] = "next_pass"
-
-
-class RouterConfig(StrictModel):
-    policy: Literal["round_robin", "random", "least_outstanding", "kv_aware"] = "round_robin"
-    # kv_aware cost per worker: overlap_weight × prefill blocks to compute + decode blocks in use.
-    overlap_weight: NonNegativeFloat = 1.0
-    seed: NonNegativeInt | None = None   # null: derived from the root seed
 
 
 class RequestPathConfig(StrictModel):

@@ -240,7 +240,8 @@ def run_plot_names(result) -> list[str]:
 def plot_run(result, paths: dict[str, Path]) -> dict[str, dict]:
     """Every figure of one run; `paths` maps each name of `run_plot_names` to where it goes."""
     cfg = result.config
-    fleet = " + ".join(f"{role.count}× {name} tp{role.tp}" for name, role in cfg.engine.roles().items())
+    fleet = " + ".join(f"{role.count}× {name} tp{role.tp}{' ' + role.gpu if role.gpu else ''}"
+                       for name, role in cfg.engine.roles().items())
     subtitle = f"{cfg.model} on {cfg.gpu}: {fleet}, {cfg.engine.backend}"
     warmup = cfg.workload.warmup_requests
     data = {

@@ -30,7 +30,7 @@ def describe(config, gpu: str, engines: RunEngines, model_id: str) -> dict[str, 
         "roles": {name: {"count": role.count, "tp": role.tp, "ep": role.ep, "attention_dp": role.attention_dp,
                          "pp": role.pp, "gpus": role.count * role.tp * role.pp * role.attention_dp,
                          "speculative": role.speculative is not None, "kv_offload": role.kv_offload is not None,
-                         "engine": engines.roles[name].path}
+                         "engine": engines.roles[name].path, **_own_hardware(role)}
                   for name, role in config.engine.roles().items()},
         "timing": {**config.engine.timing.model_dump(mode="json"), "profile_used": timing_profile(config, gpu)},
         "client": config.workload.client.model_dump(mode="json"),
@@ -38,3 +38,8 @@ def describe(config, gpu: str, engines: RunEngines, model_id: str) -> dict[str, 
         "engine": engines.path,
         "engine_reason": engines.reason,
     }
+
+
+def _own_hardware(role) -> dict[str, str]:
+    """A role's own gpu and precision, where it has them (null: the run's top-level ones)."""
+    return {key: value for key, value in (("gpu", role.gpu), ("precision", role.precision)) if value is not None}

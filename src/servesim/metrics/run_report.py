@@ -19,7 +19,8 @@ def report_run(summary: dict, records, run, sim, trace_requests, profile_given: 
     notes = [
         rules.overload_warning(records, client),
         rules.rejection_warning(rejected, len(records), sim.roles, backend),
-        rules.profile_fallback_warning(cfg.engine.timing, run.gpu.name, backend, profile_given),
+        *(rules.profile_fallback_warning(cfg.engine.timing, gpu, backend, profile_given)
+          for gpu in dict.fromkeys(role.deployment.gpu.name for role in run.roles.values())),
         *rules.arrival_warnings(trace_requests, run.trace_path, client),
     ]
     notes = [note for note in notes if note is not None]

@@ -115,7 +115,11 @@ def profile_fallback_warning(timing, gpu: str, backend: str, profile_given: bool
     if timing.kind != "roofline" or profile_given:
         return None
     engine = get_backend(backend)
-    key = timing.profile or "built-in defaults"   # the fit resolve() found for this run
+    key = timing.profile   # the fit resolve() found for this run, when every role shares one
+    if key is None:
+        from servesim.timing.roofline import fitted_profile
+
+        key = fitted_profile(gpu, engine.timing_profile)[1]
     if key == engine.profile_key(gpu):
         return None
     used = "built-in default efficiencies" if key == "built-in defaults" else f"the {key!r} fit"

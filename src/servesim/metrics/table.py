@@ -93,10 +93,16 @@ def print_summary(summary: dict, config: SimulationConfig, stderr: bool = False)
     from rich.console import Console
     from rich.markup import escape
 
-    fleet = " + ".join(f"{role.count}x {name} (tp={role.tp})" for name, role in config.engine.roles().items())
+    fleet = " + ".join(f"{role.count}x {name} (tp={role.tp}{role_hardware(role)})"
+                       for name, role in config.engine.roles().items())
     console = Console(highlight=False, stderr=stderr)
     console.print(f"{config.model} on {config.gpu}: {fleet}, {config.engine.backend}, "
                   f"{config.engine.timing.kind} timing", style="dim")
     for line in format_summary(summary, config):
         style = "bold cyan" if line.startswith(("=", "-")) else None
         console.print(escape(line), style=style, soft_wrap=True)
+
+
+def role_hardware(role) -> str:
+    """", b200, fp8" for a role on its own GPU or precision; "" for one on the top-level ones."""
+    return "".join(f", {value}" for value in (role.gpu, role.precision) if value is not None)

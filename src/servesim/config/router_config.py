@@ -1,0 +1,54 @@
+"""The `router` block: which policy picks a worker of each pool, and its settings.
+
+Defaults are the upstream systems' own (docs/modeling/routing.md names the versions).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, model_validator
+
+from servesim.schema_base import NonNegativeFloat, NonNegativeInt, PositiveInt, StrictModel
+
+
+class LlmDConfig(StrictModel):
+    """router.llm_d: llm-d's endpoint picker, its scorers' weights and settings."""
+
+    prefix_cache_weight: NonNegativeFloat = 3.0        # prefix-cache-scorer
+    queue_weight: NonNegativeFloat = 2.0               # queue-scorer
+    kv_cache_utilization_weight: NonNegativeFloat = 2.0   # kv-cache-utilization-scorer
+    load_aware_weight: NonNegativeFloat = 0.0          # load-aware-scorer (not in the default profile)
+    block_size: PositiveInt = 64                       # tokens per prefix block the picker hashes
+    max_prefix_blocks_to_match: PositiveInt = 256
+    lru_capacity_per_server: PositiveInt = 31250       # blocks the picker remembers per worker
+    load_aware_threshold: PositiveInt = 128            # waiting requests at which load-aware scores 0
+    # How often the picker scrapes each worker's metrics (waiting queue, KV usage); it routes
+    # on the last scrape. 0: it reads them at the instant of routing.
+    metrics_interval_ms: NonNegativeFloat = 50.0
+
+
+class RouterConfig(StrictModel):
+    policy: Literal["round_robin", "random", "least_outstanding", "kv_aware", "llm_d"] = "round_robin"
+    # kv_aware (Dynamo's KV router) cost per worker: overlap_score_weight × prefill blocks
+    # (its queued prefill and this prompt's uncached part) + decode blocks it holds with this
+    # request. `overlap_weight` is read as an alias.
+    overlap_score_weight: NonNegativeFloat = 1.0
+    # Softmax temperature over the normalised costs; 0 picks the lowest cost.
+    router_temperature: NonNegativeFloat = 0.0
+    llm_d: LlmDConfig = Field(default_factory=LlmDConfig)
+    seed: NonNegativeInt | None = None   # null: derived from the root seed
+
+    @model_validator(mode="before")
+    @classmethod
+    def _overlap_weight_alias(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "overlap_weight" in data:
+            if "overlap_score_weight" in data:
+                raise ValueError("give overlap_score_weight or its alias overlap_weight, not both")
+            data = dict(data)
+            data["overlap_score_weight"] = data.pop("overlap_weight")
+        return data
+
+    @property
+    def overlap_weight(self) -> float:
+        return self.overlap_score_weight
