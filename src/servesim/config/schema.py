@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from servesim.engine.registry import BACKENDS, DEFAULT_BACKEND
+from servesim.serve.settings import ServeConfig
 from servesim.schema_base import (
     NonNegativeFloat,
     NonNegativeInt,
@@ -446,3 +447,4 @@ class SimulationConfig(StrictModel):
     router: RouterConfig = Field(default_factory=RouterConfig)
     workload: WorkloadConfig
     slo: SloConfig = Field(default_factory=SloConfig)
+    serve: ServeConfig | None = Field(default=None, exclude=True)   # servesim serve only (docs/serve.md)
