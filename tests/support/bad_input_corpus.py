@@ -337,11 +337,31 @@ CASES: list[Case] = [
                                              "s.yaml": json.dumps({"parameters": {"seed": [0]}}),
                                              "sweep/trials.csv": "mine"},
          _sweep(None), check=_intact("sweep/trials.csv", "mine")),
+    # ------------------------------------------------------------------ servesim serve (refused before it listens)
+    Case("serve-speed-zero", "serve", {"c.yaml": cfg_text(), "trace.jsonl": TRACE},
+         ["serve", "{d}/c.yaml", "--speed", "0", "--port", "0"]),
+    Case("serve-tokenizer-missing", "serve", {"c.yaml": cfg_text(serve={"tokenizer": "nope.json"}),
+                                              "trace.jsonl": TRACE}, ["serve", "{d}/c.yaml", "--port", "0"]),
+    Case("serve-tokenizer-unreadable", "serve", {"c.yaml": cfg_text(serve={"tokenizer": "tok.json"}),
+                                                 "tok.json": "{not json", "trace.jsonl": TRACE},
+         ["serve", "{d}/c.yaml", "--port", "0"]),
+    Case("serve-disaggregated", "serve", {"c.yaml": cfg_text(engine__workers={"prefill": {}, "decode": {}}),
+                                          "trace.jsonl": TRACE}, ["serve", "{d}/c.yaml", "--port", "0"]),
+    Case("serve-port-out-of-range", "serve", {"c.yaml": cfg_text(), "trace.jsonl": TRACE},
+         ["serve", "{d}/c.yaml", "--port", "70000"]),
+    Case("serve-format-vllm-no-out", "serve", {"c.yaml": cfg_text(), "trace.jsonl": TRACE},
+         ["serve", "{d}/c.yaml", "--format", "vllm", "--port", "0"]),
+    Case("serve-output-length-reversed", "serve", {"c.yaml": cfg_text(serve={"output_length": {"min": 9, "max": 2}}),
+                                                   "trace.jsonl": TRACE}, ["serve", "{d}/c.yaml", "--port", "0"]),
 ]
 
 
 # What each refusal must name: the real cause, not a later symptom (a missing trace, ...).
 SAYS = {
+    "serve-speed-zero": "--speed must be a positive number", "serve-tokenizer-missing": "nope.json does not exist",
+    "serve-tokenizer-unreadable": "is not a tokenizer.json", "serve-disaggregated": "aggregated fleets only",
+    "serve-port-out-of-range": "--port must be between 0 and 65535", "serve-format-vllm-no-out":
+    "--format vllm writes result.json", "serve-output-length-reversed": "min (9) is larger than max (2)",
     "epoch-ms-scaled": "time_scale 1e+09", "timestamp-1e300": "timestamp must be between 0 and",
     "timestamp-inf": "got inf", "timestamp-int-huge": "timestamp must be between", "input-length-huge":
     "input_length is", "output-length-huge": "output_length is", "vidur-arrived-huge": "arrived_at must be",

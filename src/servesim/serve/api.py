@@ -23,12 +23,8 @@ def make_app(live: LiveSimulation, metrics, served_names: list[str], root: str, 
     app = FastAPI(title="servesim serve", version=__version__)
     created = int(time.time())
 
-    @app.middleware("http")
-    async def _check_api_key(request: Request, call_next):
-        if api_key is not None and request.url.path.startswith("/v1"):
-            if request.headers.get("authorization") != f"Bearer {api_key}":
-                return JSONResponse({"error": "Unauthorized"}, status_code=401)
-        return await call_next(request)
+    if api_key is not None:
+        app.add_middleware(ApiKeyCheck, api_key=api_key)
 
     @app.exception_handler(ApiError)
     async def _api_error(_: Request, err: ApiError):
@@ -90,10 +86,26 @@ def make_app(live: LiveSimulation, metrics, served_names: list[str], root: str, 
         reply = Reply(live, chat, parsed.model or served_names[0], prompt_tokens)
         stream = live.submit(parsed.prompt_ids, target, reason, reply.id)
         if parsed.stream:
-            return StreamingResponse(reply.events(stream, parsed.include_usage), media_type="text/event-stream")
+            return StreamingResponse(reply.events(stream, parsed.include_usage, request),
+                                     media_type="text/event-stream")
         return await reply.whole(stream, request)
 
     return app
+
+
+class ApiKeyCheck:
+    """401 on /v1 routes without `Authorization: Bearer KEY`, as vLLM's --api-key. A plain ASGI
+    middleware: Starlette's BaseHTTPMiddleware would hide a client's disconnect from the routes."""
+
+    def __init__(self, app, api_key: str) -> None:
+        self.app, self.expected = app, f"Bearer {api_key}".encode()
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] == "http" and scope["path"].startswith("/v1"):
+            if dict(scope["headers"]).get(b"authorization") != self.expected:
+                await JSONResponse({"error": "Unauthorized"}, status_code=401)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
 
 
 async def _json(request: Request) -> dict:
@@ -131,14 +143,20 @@ class Reply:
             body["usage"] = usage
         return f"data: {json.dumps(body)}\n\n"
 
-    async def events(self, stream: Stream, include_usage: bool) -> AsyncIterator[str]:
+    async def events(self, stream: Stream, include_usage: bool, request: Request) -> AsyncIterator[str]:
         text = self.live.counter.output_text
         sent = 0
+        # The response does not read the request's channel while it streams: a watcher does, and
+        # wakes the stream with GONE when the client disconnects.
+        watcher = asyncio.ensure_future(_disconnected(request))
+        watcher.add_done_callback(lambda task: task.cancelled() or stream.queue.put_nowait(GONE))
         try:
             if self.chat:
                 yield self._chunk([self._choice("", None, first=True)])
             while sent < stream.target:
                 outputs = await stream.queue.get()
+                if outputs is GONE:
+                    return
                 finish = stream.finish_reason if outputs >= stream.target else None
                 yield self._chunk([self._choice(text(outputs - sent), finish)])
                 sent = outputs
@@ -146,6 +164,7 @@ class Reply:
                 yield self._chunk([], self._usage(sent))
             yield "data: [DONE]\n\n"
         finally:
+            watcher.cancel()
             if sent < stream.target:
                 self.live.abort(stream)   # the client went away
 
@@ -170,6 +189,9 @@ class Reply:
         return JSONResponse({"id": self.id, "object": "chat.completion" if self.chat else "text_completion",
                              "created": self.created, "model": self.model, "choices": [choice],
                              "usage": self._usage(stream.delivered)})
+
+
+GONE = None   # put in a stream's queue when its client has disconnected
 
 
 async def _finished(stream: Stream) -> None:

@@ -65,7 +65,8 @@ class _LiveCollector(Collector):
 
 
 class LiveSimulation:
-    def __init__(self, config: Any, overrides: list | None = None, speed: float = 1.0, metrics=None) -> None:
+    def __init__(self, config: Any, overrides: list | None = None, speed: float = 1.0, metrics=None,
+                 clock=None) -> None:
         if not (speed > 0):
             raise ServesimError(f"--speed must be a positive number, got {speed}")
         loaded = load_config(config, list(overrides or []))
@@ -93,6 +94,7 @@ class LiveSimulation:
         self._due: list[tuple[int, int, int, int]] = []   # (due ns, seq, request id, outputs so far)
         self._seq = 0
         self._t0 = time.monotonic_ns()
+        self._clock = clock   # tests: a function giving simulated ns; None: wall time x speed
         self._wake = asyncio.Event()
         self.lag_ns = 0          # the last hand-over's lag
         self.max_lag_ns = 0
@@ -101,6 +103,8 @@ class LiveSimulation:
     # ------------------------------------------------------------------ the clock
 
     def clock_ns(self) -> int:
+        if self._clock is not None:
+            return self._clock()
         return int((time.monotonic_ns() - self._t0) * self.speed)
 
     @property

@@ -21,6 +21,7 @@ REQUEST_LATENCY_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 2
                            120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)
 LAG_BUCKETS = (0.0001, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0)
 LABELS = ("model_name", "engine")
+FINISH_REASONS = ("stop", "length")
 
 
 def buckets_1_2_5(limit: int) -> tuple[int, ...]:
@@ -89,6 +90,16 @@ class ServeMetrics:
                              registry=registry)
         self.sim_time = Gauge("servesim:simulated_time_seconds", "The simulation's clock.", registry=registry)
         self._lag_max = 0
+        # Every engine's series from the start, at zero, as vLLM makes them per engine up front.
+        for metric in (self.running, self.waiting, self.kv_usage, self.prefix_queries, self.prefix_hits,
+                       self.preemptions, self.prompt_tokens, self.generation_tokens, self.prompt_hist,
+                       self.generation_hist, self.ttft, self.itl, self.tpot, self.e2e, self.queue, self.inference,
+                       self.prefill, self.decode):
+            for engine in self.engine_of.values():
+                metric.labels(model_name, engine)
+        for engine in self.engine_of.values():
+            for reason in FINISH_REASONS:
+                self.success.labels(model_name, engine, reason)
 
     def _labels(self, metric, worker: str = ""):
         return metric.labels(self.model_name, self.engine_of.get(worker, "0"))

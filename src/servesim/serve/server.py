@@ -34,19 +34,29 @@ class ServeOptions:
     overrides: tuple = ()
 
 
-def build(options: ServeOptions):
-    """The live simulation, its metrics and its app (tests call this with their own server)."""
+def build(options: ServeOptions, clock=None):
+    """The live simulation, its metrics and its app (tests call this with their own server, and
+    may give a `clock`: a function of no arguments giving simulated ns)."""
     from servesim.serve.api import make_app
     from servesim.serve.live import LiveSimulation
     from servesim.serve.prom import ServeMetrics
 
-    live = LiveSimulation(options.config, list(options.overrides), options.speed)
+    live = LiveSimulation(options.config, list(options.overrides), options.speed, clock=clock)
     hf_ids = live.spec.model.hf_ids
     root = hf_ids[0] if hf_ids else live.spec.config.model
     names = list(options.served_model_name or [root])
     workers = [w.name for role in live.sim.roles.values() for w in role.workers]
     live.metrics = ServeMetrics(names[0], workers, live.max_model_len)
-    return live, make_app(live, live.metrics, names, root, options.api_key)
+    app = make_app(live, live.metrics, names, root, options.api_key)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_):
+        driver = asyncio.create_task(live.drive())
+        yield
+        driver.cancel()
+
+    app.router.lifespan_context = lifespan
+    return live, app
 
 
 def serve(options: ServeOptions) -> None:
@@ -64,15 +74,6 @@ def serve(options: ServeOptions) -> None:
         _check_port(options.host, options.port)
         live, app = build(options)
         files.protect([options.config])
-        driver: list[asyncio.Task] = []
-
-        @contextlib.asynccontextmanager
-        async def lifespan(_):
-            driver.append(asyncio.create_task(live.drive()))
-            yield
-            driver[0].cancel()
-
-        app.router.lifespan_context = lifespan
         config = uvicorn.Config(app, host=options.host, port=options.port, log_level="warning",
                                 timeout_graceful_shutdown=GRACE_S, lifespan="on")
         server = _QuietStopServer(config)
@@ -91,6 +92,8 @@ def serve(options: ServeOptions) -> None:
 def _check_port(host: str, port: int) -> None:
     import socket
 
+    if not 0 <= port <= 65535:
+        raise ServesimError(f"--port must be between 0 and 65535, got {port}")
     try:
         with socket.create_server((host, port)):
             pass
