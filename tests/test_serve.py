@@ -267,3 +267,21 @@ def test_serve_without_the_extra_says_how_to_install_it(monkeypatch, capsys):
     err = capsys.readouterr().err
     assert exit_.value.code == 2 and err.count("\n") == 1
     assert err == "error: servesim serve needs the serve extra (uvicorn is missing): pip install 'servesim[serve]'\n"
+
+
+def _fenced_after(lines: list[str], start: int) -> str:
+    first = next(i for i in range(start, len(lines)) if lines[i].startswith("```"))
+    last = next(i for i in range(first + 1, len(lines)) if lines[i].startswith("```"))
+    return "\n".join(lines[first + 1:last]) + "\n"
+
+
+def test_the_docs_client_example_shows_what_it_prints(tmp_path):
+    lines = (Path(__file__).resolve().parents[1] / "docs" / "serve.md").read_text().split("\n")
+    script = _fenced_after(lines, lines.index("# client.py") - 1)
+    shown = _fenced_after(lines, lines.index("<!-- serve-client-output -->"))
+    (tmp_path / "client.py").write_text(script)
+    with running_server(None) as (_, url):
+        printed = subprocess.run([sys.executable, str(tmp_path / "client.py"), f"{url}/v1"], capture_output=True,
+                                 text=True, timeout=60)
+    assert printed.returncode == 0, printed.stderr
+    assert printed.stdout == shown
