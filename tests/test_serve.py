@@ -285,3 +285,36 @@ def test_the_docs_client_example_shows_what_it_prints(tmp_path):
                                  text=True, timeout=60)
     assert printed.returncode == 0, printed.stderr
     assert printed.stdout == shown
+
+
+def test_a_late_delivery_is_lag_and_warns_once(capsys):
+    # A manual clock that jumps from 0 to 100 ms: tokens due at 10, 20, 30 ms are handed over at
+    # 100 ms, 90, 80 and 70 ms late; past lag_warn_ms (50) one warning names the first.
+    clock = [0]
+    live, _ = build(ServeOptions(serve_config(serve={"lag_warn_ms": 50})), clock=lambda: clock[0])
+    stream = live.submit(PROMPT, 3, "length", "x")
+    clock[0] = 100 * MS
+    live.advance()
+    assert stream.delivered == 3 and (live.lag_ns, live.max_lag_ns) == (70 * MS, 90 * MS)
+    err = capsys.readouterr().err
+    assert err == ("warning: the simulation runs 90.0 ms (simulated) behind the clock, past serve.lag_warn_ms "
+                   "(50): lower --speed or the load\n")
+    m = _samples(live.metrics.render(live.sim))
+    assert m[("servesim:lag_max_seconds", ())] == pytest.approx(0.09) and m[("servesim:lag_seconds_count", ())] == 3
+
+
+def test_a_fleet_behind_one_port_labels_each_engine():
+    # Two workers, round robin: request 0 to engine 0, request 1 to engine 1, each running alone.
+    clock = [0]
+    cfg = serve_config()
+    cfg["engine"]["workers"]["aggregated"]["count"] = 2
+    live, _ = build(ServeOptions(cfg), clock=lambda: clock[0])
+    live.submit(PROMPT, 3, "length", "a")
+    live.submit(PROMPT, 5, "length", "b")
+    clock[0] = 35 * MS
+    live.advance()
+    text = live.metrics.render(live.sim).decode()
+    assert 'vllm:num_requests_running{engine="0",model_name="meta-llama/Llama-3.1-8B"} 0.0' in text
+    assert 'vllm:num_requests_running{engine="1",model_name="meta-llama/Llama-3.1-8B"} 1.0' in text
+    assert 'vllm:generation_tokens_total{engine="0",model_name="meta-llama/Llama-3.1-8B"} 3.0' in text
+    assert 'vllm:generation_tokens_total{engine="1",model_name="meta-llama/Llama-3.1-8B"} 3.0' in text
