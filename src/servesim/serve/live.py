@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import heapq
+import math
 import sys
 import time
 from dataclasses import dataclass, field
@@ -67,8 +68,8 @@ class _LiveCollector(Collector):
 class LiveSimulation:
     def __init__(self, config: Any, overrides: list | None = None, speed: float = 1.0, metrics=None,
                  clock=None) -> None:
-        if not (speed > 0):
-            raise ServesimError(f"--speed must be a positive number, got {speed}")
+        if not (0 < speed < math.inf):
+            raise ServesimError(f"--speed must be a positive finite number, got {speed}")
         loaded = load_config(config, list(overrides or []))
         limits.check_config(loaded.config, loaded.source)
         spec = resolve(loaded)
