@@ -318,3 +318,39 @@ def test_a_fleet_behind_one_port_labels_each_engine():
     assert 'vllm:num_requests_running{engine="1",model_name="meta-llama/Llama-3.1-8B"} 1.0' in text
     assert 'vllm:generation_tokens_total{engine="0",model_name="meta-llama/Llama-3.1-8B"} 3.0' in text
     assert 'vllm:generation_tokens_total{engine="1",model_name="meta-llama/Llama-3.1-8B"} 3.0' in text
+
+
+def test_expose_workers_serves_each_worker_on_its_own_port(tmp_path):
+    # Two workers on ports P and P+1: each port's request runs on its own one-worker fleet, and
+    # --out holds one folder per worker.
+    cfg = serve_config()
+    cfg["engine"]["workers"]["aggregated"]["count"] = 2
+    (tmp_path / "c.yaml").write_text(json.dumps(cfg))
+    with socket.socket() as a, socket.socket() as b:   # two free ports in a row, by trying
+        a.bind(("127.0.0.1", 0))
+        port = a.getsockname()[1]
+        try:
+            b.bind(("127.0.0.1", port + 1))
+        except OSError:
+            pytest.skip("no two consecutive free ports")
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-m", "servesim", "serve", str(tmp_path / "c.yaml"), "--port", str(port),
+                             "--expose", "workers", "--out", str(out)], stderr=subprocess.PIPE, text=True)
+    try:
+        urls = [f"http://127.0.0.1:{port}", f"http://127.0.0.1:{port + 1}"]
+        for url in urls:
+            wait_for(lambda: _healthy(url), f"the server on {url}")
+        for url, n in zip(urls, (2, 3)):
+            httpx.post(f"{url}/v1/completions", json={"prompt": PROMPT, "max_tokens": n, "ignore_eos": True},
+                       timeout=30)
+        generated = [_samples(httpx.get(f"{url}/metrics").content)[("vllm:generation_tokens_total", ())]
+                     for url in urls]
+        proc.send_signal(signal.SIGTERM)
+        rc = proc.wait(timeout=60)
+    finally:
+        proc.kill()
+    assert rc == 0, proc.stderr.read()
+    assert generated == [2, 3]
+    for worker, n in (("worker-0", "2"), ("worker-1", "3")):
+        rows = (out / worker / "requests.csv").read_text().splitlines()[1:]
+        assert [r.split(",")[5] for r in rows] == [n]

@@ -396,6 +396,8 @@ def serve(
                                          "result.json in --out.")] = "servesim",
     set_: Annotated[Optional[list[str]], typer.Option("--set", help="Override a config field: "
                                                       "dotted.key=YAML_VALUE (repeatable).")] = None,
+    expose: Annotated[str, typer.Option("--expose", metavar="fleet|workers", help="workers: each worker on its "
+                                        "own port, from --port on, for an external router.")] = "fleet",
 ) -> None:
     """Serve the simulated deployment as an OpenAI-compatible HTTP server, at the engine's pace (docs/serve.md)."""
     try:
@@ -406,7 +408,8 @@ def serve(
         from servesim.config import parse_override
 
         overrides = tuple((*parse_override(item)[:2], "--set " + item.split("=", 1)[0].strip()) for item in set_ or [])
-        run_server(ServeOptions(config, host, port, speed, served_model_name, api_key, out, format_, overrides))
+        run_server(ServeOptions(config, host, port, speed, served_model_name, api_key, out, format_, overrides,
+                                expose))
     except ServesimError as err:
         _fail(str(err))
 

@@ -342,6 +342,10 @@ CASES: list[Case] = [
          ["serve", "{d}/c.yaml", "--speed", "0", "--port", "0"]),
     Case("serve-speed-inf", "serve", {"c.yaml": cfg_text(), "trace.jsonl": TRACE},
          ["serve", "{d}/c.yaml", "--speed", "inf", "--port", "0"]),
+    Case("serve-expose-bogus", "serve", {"c.yaml": cfg_text(), "trace.jsonl": TRACE},
+         ["serve", "{d}/c.yaml", "--expose", "ports", "--port", "0"]),
+    Case("serve-expose-port-0", "serve", {"c.yaml": cfg_text(), "trace.jsonl": TRACE},
+         ["serve", "{d}/c.yaml", "--expose", "workers", "--port", "0"]),
     Case("serve-tokenizer-missing", "serve", {"c.yaml": cfg_text(serve={"tokenizer": "nope.json"}),
                                               "trace.jsonl": TRACE}, ["serve", "{d}/c.yaml", "--port", "0"]),
     Case("serve-tokenizer-unreadable", "serve", {"c.yaml": cfg_text(serve={"tokenizer": "tok.json"}),
@@ -360,7 +364,8 @@ CASES: list[Case] = [
 
 # What each refusal must name: the real cause, not a later symptom (a missing trace, ...).
 SAYS = {
-    "serve-speed-zero": "--speed must be a positive finite number", "serve-speed-inf": "got inf", "serve-tokenizer-missing": "nope.json does not exist",
+    "serve-speed-zero": "--speed must be a positive finite number", "serve-speed-inf": "got inf",
+    "serve-expose-bogus": "--expose must be fleet or workers", "serve-expose-port-0": "give --port P, not 0", "serve-tokenizer-missing": "nope.json does not exist",
     "serve-tokenizer-unreadable": "is not a tokenizer.json", "serve-disaggregated": "aggregated fleets only",
     "serve-port-out-of-range": "--port must be between 0 and 65535", "serve-format-vllm-no-out":
     "--format vllm writes result.json", "serve-output-length-reversed": "min (9) is larger than max (2)",

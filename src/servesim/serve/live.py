@@ -67,7 +67,7 @@ class _LiveCollector(Collector):
 
 class LiveSimulation:
     def __init__(self, config: Any, overrides: list | None = None, speed: float = 1.0, metrics=None,
-                 clock=None) -> None:
+                 clock=None, lengths_purpose: str = "serve-output-length") -> None:
         if not (0 < speed < math.inf):
             raise ServesimError(f"--speed must be a positive finite number, got {speed}")
         loaded = load_config(config, list(overrides or []))
@@ -87,7 +87,7 @@ class LiveSimulation:
         self.factory = self.sim.factories[ROLE]
         self.counter = PromptCounter(self.settings, loaded.base_dir, self.factory.trace_block_size)
         self.outbound_ns = spec.request_path.outbound_ns
-        self._lengths = rng_for(spec.seed, "serve-output-length")
+        self._lengths = rng_for(spec.seed, lengths_purpose)
         self.streams: dict[int, Stream] = {}
         self.submitted: list[TraceRequest] = []
         # By request, for /metrics: (outputs the engine has produced, the last one's time, its worker).

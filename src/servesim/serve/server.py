@@ -1,5 +1,6 @@
-"""`servesim serve`: build the live simulation and its app, serve until SIGINT/SIGTERM, then
-write `servesim run`'s files for what was served (--out)."""
+"""`servesim serve`: build the live simulation(s) and app(s), serve until SIGINT/SIGTERM, then
+write `servesim run`'s files for what was served (--out; with --expose workers one folder per
+worker, worker-<i>/)."""
 
 from __future__ import annotations
 
@@ -32,16 +33,18 @@ class ServeOptions:
     out: Path | None = None
     format: str = "servesim"
     overrides: tuple = ()
+    expose: str = "fleet"       # or "workers": one port per worker
 
 
-def build(options: ServeOptions, clock=None):
+def build(options: ServeOptions, clock=None, overrides: tuple = (), lengths_purpose: str = "serve-output-length"):
     """The live simulation, its metrics and its app (tests call this with their own server, and
     may give a `clock`: a function of no arguments giving simulated ns)."""
     from servesim.serve.api import make_app
     from servesim.serve.live import LiveSimulation
     from servesim.serve.prom import ServeMetrics
 
-    live = LiveSimulation(options.config, list(options.overrides), options.speed, clock=clock)
+    live = LiveSimulation(options.config, [*options.overrides, *overrides], options.speed, clock=clock,
+                          lengths_purpose=lengths_purpose)
     hf_ids = live.spec.model.hf_ids
     root = hf_ids[0] if hf_ids else live.spec.config.model
     names = list(options.served_model_name or [root])
@@ -59,6 +62,33 @@ def build(options: ServeOptions, clock=None):
     return live, app
 
 
+def build_all(options: ServeOptions) -> list[tuple[int, object, object]]:
+    """(port, live simulation, app) for each port: the fleet on --port, or with --expose workers
+    each worker on its own port, from --port on (a one-worker fleet each: aggregated workers
+    meet only in the router, which is then the client's)."""
+    if options.expose == "fleet":
+        return [(options.port, *build(options))]
+    if options.expose != "workers":
+        raise ServesimError(f"--expose must be fleet or workers, got {options.expose!r}")
+    if options.port == 0:
+        raise ServesimError("--expose workers listens on consecutive ports from --port: give --port P, not 0")
+    first, app = build(options, overrides=(("engine.workers.aggregated.count", 1),))
+    count = _fleet_size(options)
+    built = [(options.port, first, app)]
+    for index in range(1, count):
+        built.append((options.port + index, *build(options, overrides=(("engine.workers.aggregated.count", 1),),
+                                                   lengths_purpose=f"serve-output-length/{index}")))
+    return built
+
+
+def _fleet_size(options: ServeOptions) -> int:
+    from servesim.config import load_config
+    from servesim.config.resolution import resolve
+
+    spec = resolve(load_config(options.config, list(options.overrides)))
+    return sum(role.count for role in spec.roles.values())
+
+
 def serve(options: ServeOptions) -> None:
     import uvicorn
 
@@ -71,22 +101,44 @@ def serve(options: ServeOptions) -> None:
     if options.out is not None:
         files.stage_folder(options.out)   # a bad --out is refused before serving
     try:
-        _check_port(options.host, options.port)
-        live, app = build(options)
+        built = build_all(options)
+        for port, _, _ in built:
+            _check_port(options.host, port)
         files.protect([options.config])
-        config = uvicorn.Config(app, host=options.host, port=options.port, log_level="warning",
-                                timeout_graceful_shutdown=GRACE_S, lifespan="on")
-        server = _QuietStopServer(config)
-        sys.stderr.write(f"servesim serve: {live.spec.config.model} on {options.host}:{options.port}, "
+        servers = [_QuietStopServer(uvicorn.Config(app, host=options.host, port=port, log_level="warning",
+                                                   timeout_graceful_shutdown=GRACE_S, lifespan="on"))
+                   for port, _, app in built]
+        ports = ", ".join(str(port) for port, _, _ in built)
+        sys.stderr.write(f"servesim serve: {built[0][1].spec.config.model} on {options.host}:{ports}, "
                          f"speed {options.speed:g}\n")
-        server.run()
-        live.stop()
-        if options.out is not None:
-            write_files(files, options.out, live, percentiles, options.format, wall_start)
+        _run_until_stopped(servers)
+        for index, (_, live, _) in enumerate(built):
+            live.stop()
+            if options.out is not None:
+                folder = options.out if len(built) == 1 else options.out / f"worker-{index}"
+                write_files(files, folder, live, percentiles, options.format, wall_start)
         files.commit()
     except BaseException:
         files.abort()
         raise
+
+
+def _run_until_stopped(servers) -> None:
+    """Serve on every server in one event loop until SIGINT or SIGTERM stops them all."""
+    def stop(sig, frame):
+        for server in servers:
+            server.handle_exit(sig, frame)
+
+    previous = {sig: signal.signal(sig, stop) for sig in STOP_SIGNALS}
+    try:
+        asyncio.run(_serve_all(servers))
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+async def _serve_all(servers) -> None:
+    await asyncio.gather(*(server.serve() for server in servers))
 
 
 def _check_port(host: str, port: int) -> None:
@@ -121,8 +173,8 @@ def write_files(files, out: Path, live, percentiles, fmt: str, wall_start: float
 
 
 class _QuietStopServer:
-    """uvicorn's Server, stopping on SIGINT/SIGTERM without re-raising the signal afterwards
-    (it does, to let the default handler end the process): the files are written after it."""
+    """uvicorn's Server, leaving the signals to `_run_until_stopped` (uvicorn's own handling
+    would re-raise the signal after its shutdown, ending the process before the files are written)."""
 
     def __new__(cls, config):
         import uvicorn
@@ -130,11 +182,6 @@ class _QuietStopServer:
         class Server(uvicorn.Server):
             @contextlib.contextmanager
             def capture_signals(self):
-                previous = {sig: signal.signal(sig, self.handle_exit) for sig in STOP_SIGNALS}
-                try:
-                    yield
-                finally:
-                    for sig, handler in previous.items():
-                        signal.signal(sig, handler)
+                yield
 
         return Server(config)
