@@ -428,6 +428,42 @@ def recommend(
         _fail(str(err))
 
 
+@app.command()
+def serve(
+    config: Annotated[Optional[Path], typer.Argument(help="YAML config; omit for the embedded default.")] = None,
+    host: Annotated[str, typer.Option("--host", help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", help="Port to listen on.")] = 8000,
+    speed: Annotated[float, typer.Option("--speed", help="Simulated seconds per wall-clock second (below 1: "
+                                         "slow motion).")] = 1.0,
+    served_model_name: Annotated[Optional[list[str]], typer.Option("--served-model-name", help="Model name(s) "
+                                                                   "the API answers to (default: the model's "
+                                                                   "Hugging Face id).")] = None,
+    api_key: Annotated[Optional[str], typer.Option("--api-key", help="Require `Authorization: Bearer KEY` "
+                                                   "on /v1 routes.")] = None,
+    out: Annotated[Optional[Path], typer.Option("--out", help="On stop, write servesim run's files for the "
+                                                "served requests into this folder.")] = None,
+    format_: Annotated[str, typer.Option("--format", metavar="servesim|vllm", help="vllm: also write "
+                                         "result.json in --out.")] = "servesim",
+    set_: Annotated[Optional[list[str]], typer.Option("--set", help="Override a config field: "
+                                                      "dotted.key=YAML_VALUE (repeatable).")] = None,
+    expose: Annotated[str, typer.Option("--expose", metavar="fleet|workers", help="workers: each worker on its "
+                                        "own port, from --port on, for an external router.")] = "fleet",
+) -> None:
+    """Serve the simulated deployment as an OpenAI-compatible HTTP server, at the engine's pace (docs/serve.md)."""
+    try:
+        from servesim.serve.server import ServeOptions, serve as run_server
+    except ImportError as err:
+        _fail(f"servesim serve needs the serve extra ({err.name} is missing): pip install 'servesim[serve]'")
+    try:
+        from servesim.config import parse_override
+
+        overrides = tuple((*parse_override(item)[:2], "--set " + item.split("=", 1)[0].strip()) for item in set_ or [])
+        run_server(ServeOptions(config, host, port, speed, served_model_name, api_key, out, format_, overrides,
+                                expose))
+    except ServesimError as err:
+        _fail(str(err))
+
+
 RAY_LOCAL = "local"
 
 

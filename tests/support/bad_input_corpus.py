@@ -370,6 +370,28 @@ CASES: list[Case] = [
          run_case("{d}/c.yaml", "--set", "engine.workers.aggregated.gpu=h900")),
     Case("pd-kv-dtypes-differ", "hardware", {"c.yaml": cfg_text(), "trace.jsonl": TRACE},
          run_case("{d}/c.yaml", "--set", 'engine.workers={"prefill": {"precision": "fp8"}, "decode": {}}')),
+    # ------------------------------------------------------------------ servesim serve (refused before it listens)
+    Case("serve-speed-zero", "serve", {"c.yaml": cfg_text(), "trace.jsonl": TRACE},
+         ["serve", "{d}/c.yaml", "--speed", "0", "--port", "0"]),
+    Case("serve-speed-inf", "serve", {"c.yaml": cfg_text(), "trace.jsonl": TRACE},
+         ["serve", "{d}/c.yaml", "--speed", "inf", "--port", "0"]),
+    Case("serve-expose-bogus", "serve", {"c.yaml": cfg_text(), "trace.jsonl": TRACE},
+         ["serve", "{d}/c.yaml", "--expose", "ports", "--port", "0"]),
+    Case("serve-expose-port-0", "serve", {"c.yaml": cfg_text(), "trace.jsonl": TRACE},
+         ["serve", "{d}/c.yaml", "--expose", "workers", "--port", "0"]),
+    Case("serve-tokenizer-missing", "serve", {"c.yaml": cfg_text(serve={"tokenizer": "nope.json"}),
+                                              "trace.jsonl": TRACE}, ["serve", "{d}/c.yaml", "--port", "0"]),
+    Case("serve-tokenizer-unreadable", "serve", {"c.yaml": cfg_text(serve={"tokenizer": "tok.json"}),
+                                                 "tok.json": "{not json", "trace.jsonl": TRACE},
+         ["serve", "{d}/c.yaml", "--port", "0"]),
+    Case("serve-disaggregated", "serve", {"c.yaml": cfg_text(engine__workers={"prefill": {}, "decode": {}}),
+                                          "trace.jsonl": TRACE}, ["serve", "{d}/c.yaml", "--port", "0"]),
+    Case("serve-port-out-of-range", "serve", {"c.yaml": cfg_text(), "trace.jsonl": TRACE},
+         ["serve", "{d}/c.yaml", "--port", "70000"]),
+    Case("serve-format-vllm-no-out", "serve", {"c.yaml": cfg_text(), "trace.jsonl": TRACE},
+         ["serve", "{d}/c.yaml", "--format", "vllm", "--port", "0"]),
+    Case("serve-output-length-reversed", "serve", {"c.yaml": cfg_text(serve={"output_length": {"min": 9, "max": 2}}),
+                                                   "trace.jsonl": TRACE}, ["serve", "{d}/c.yaml", "--port", "0"]),
 ]
 
 
@@ -378,6 +400,11 @@ SAYS = {
     "router-overlap-weight-twice": "overlap_score_weight or its alias overlap_weight, not both",
     "router-llm-d-block-0": "router.llm_d.block_size", "router-temperature-negative": "router.router_temperature",
     "role-gpu-unknown": "engine.workers.aggregated.gpu: unknown GPU", "pd-kv-dtypes-differ": "fp8 and decode in bf16",
+    "serve-speed-zero": "--speed must be a positive finite number", "serve-speed-inf": "got inf",
+    "serve-expose-bogus": "--expose must be fleet or workers", "serve-expose-port-0": "give --port P, not 0", "serve-tokenizer-missing": "nope.json does not exist",
+    "serve-tokenizer-unreadable": "is not a tokenizer.json", "serve-disaggregated": "aggregated fleets only",
+    "serve-port-out-of-range": "--port must be between 0 and 65535", "serve-format-vllm-no-out":
+    "--format vllm writes result.json", "serve-output-length-reversed": "min (9) is larger than max (2)",
     "epoch-ms-scaled": "time_scale 1e+09", "timestamp-1e300": "timestamp must be between 0 and",
     "timestamp-inf": "got inf", "timestamp-int-huge": "timestamp must be between", "input-length-huge":
     "input_length is", "output-length-huge": "output_length is", "vidur-arrived-huge": "arrived_at must be",

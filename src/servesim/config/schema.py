@@ -17,6 +17,7 @@ from servesim.config.cost import CostConfig
 from servesim.config.sessions import PrefixRepetition, SessionsConfig, check_prefix_repetition, check_sessions_client
 from servesim.config.router_config import RouterConfig  # noqa: F401 (re-exported)
 from servesim.engine.registry import BACKENDS, DEFAULT_BACKEND
+from servesim.serve.settings import ServeConfig
 from servesim.schema_base import (
     NonNegativeFloat,
     NonNegativeInt,
@@ -472,6 +473,7 @@ class SimulationConfig(StrictModel):
     workload: WorkloadConfig
     slo: SloConfig = Field(default_factory=SloConfig)
     cost: CostConfig = Field(default_factory=CostConfig)
+    serve: ServeConfig | None = Field(default=None, exclude=True)   # servesim serve only (docs/serve.md)
 
     @model_serializer(mode="wrap")
     def _omit_empty_cost(self, handler):
