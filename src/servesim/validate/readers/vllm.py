@@ -1,0 +1,87 @@
+"""`vllm bench serve --save-result [--save-detailed]` JSON (vLLM 0.32.0, vllm/benchmarks/serve.py).
+
+`main_async` writes one JSON object: the set-up keys (model_id, backend, endpoint_type,
+num_prompts, request_rate, burstiness, max_concurrency, ramp_up_* when ramping) merged with
+what `benchmark` returns (duration in s, completed, failed, total_input_tokens,
+total_output_tokens, request_throughput, output_throughput, total_token_throughput, and
+mean_/median_/std_/pNN_ of ttft, tpot, itl and e2el in ms). `--save-detailed` keeps the
+per-request lists input_lens, output_lens, ttfts (s), itls (s), start_times (s) and errors
+("" when the request succeeded); latencies (s) stay either way. servesim's own
+`--format vllm` writes the same keys (metrics/vllm_result.py).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from servesim.errors import ServesimError
+from servesim.validate.measured import METRICS, MeasuredRun, fill_missing_stats, need, number
+
+TOOL = "vllm bench serve"
+_NAMES = {"ttft": "ttft", "tpot": "tpot", "itl": "itl", "e2e": "e2el"}
+_RAMP = ("ramp_up_strategy", "ramp_up_start_rps", "ramp_up_end_rps")
+
+
+def looks_like(data: Any) -> bool:
+    return isinstance(data, dict) and "num_prompts" in data and ("mean_ttft_ms" in data or "ttfts" in data)
+
+
+def _successful(values: list, errors: list | None) -> list:
+    if errors is None:
+        return list(values)
+    return [v for v, e in zip(values, errors) if not e]
+
+
+def read(data: dict, path: Path, label: str | None = None) -> MeasuredRun:
+    prompts = int(number(need(data, "num_prompts", path, TOOL), path, "num_prompts"))
+    completed = int(number(need(data, "completed", path, TOOL), path, "completed"))
+    run = MeasuredRun(tool="vllm", path=path, label=label or path.name, num_requests=prompts,
+                      completed=completed, failed=int(data.get("failed") or 0),
+                      model=data.get("model_id"), engine=_engine(data.get("backend")),
+                      request_rate=data.get("request_rate"), burstiness=data.get("burstiness"),
+                      max_concurrency=data.get("max_concurrency"))
+    if data.get("ramp_up_strategy") is not None:
+        run.ramp_up = {key: data.get(key) for key in _RAMP}
+    run.duration_s = number(need(data, "duration", path, TOOL), path, "duration")
+    for key in ("request_throughput", "output_throughput", "total_token_throughput"):
+        run.rates[key] = data.get(key)
+    total_in, total_out = data.get("total_input_tokens"), data.get("total_output_tokens")
+    if total_in is not None and completed:
+        run.mean_input_length = total_in / completed
+    if total_out is not None and completed:
+        run.mean_output_length = total_out / completed
+    for metric in METRICS:
+        name = _NAMES[metric]
+        run.stats[metric] = {stat: data.get(f"{stat}_{name}_ms") for stat in ("mean", "median", "p90", "p99")}
+    _read_detailed(data, path, run)
+    fill_missing_stats(run)
+    return run
+
+
+def _engine(backend: Any) -> str | None:
+    """The client backend names the server only when it is an engine's own (vllm, sglang, ...)."""
+    if isinstance(backend, str) and backend in ("vllm", "sglang", "tensorrt-llm", "trtllm"):
+        return "trtllm" if backend == "tensorrt-llm" else backend
+    return None
+
+
+def _read_detailed(data: dict, path: Path, run: MeasuredRun) -> None:
+    if "input_lens" not in data:
+        return
+    for key in ("output_lens", "ttfts", "itls", "start_times"):
+        need(data, key, path, TOOL, "per-request list ")
+    lists = {key: data[key] for key in ("input_lens", "output_lens", "ttfts", "itls", "start_times")}
+    if len({len(v) if isinstance(v, list) else -1 for v in lists.values()}) != 1:
+        raise ServesimError(f"{path}: the per-request lists input_lens, output_lens, ttfts, itls and "
+                            "start_times must have one entry per request")
+    errors = data.get("errors")
+    run.input_lens = [int(v) for v in lists["input_lens"]]
+    run.output_lens = [int(v) for v in lists["output_lens"]]
+    run.start_times = [float(v) for v in lists["start_times"]]
+    run.ttfts = _successful(lists["ttfts"], errors)
+    run.itls = _successful(lists["itls"], errors)
+    latencies = data.get("latencies")
+    if isinstance(latencies, list) and len(latencies) == len(run.input_lens):
+        run.latencies = _successful(latencies, errors)
+    run.ok_output_lens = _successful(run.output_lens, errors)
