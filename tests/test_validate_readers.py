@@ -144,3 +144,17 @@ def test_fixtures_are_what_their_script_writes(tmp_path, monkeypatch):
     for path in tmp_path.rglob("*"):
         if path.is_file():
             assert path.read_bytes() == (DATA / path.relative_to(tmp_path)).read_bytes(), path
+
+
+def test_vllm_metadata_records_the_random_dataset(tmp_path):
+    data = json.loads((DATA / "vllm_summary.json").read_text())
+    # `--metadata random_input_len=1000 random_output_len=10 random_range_ratio=0.25`: text values.
+    data.update(random_input_len="1000", random_output_len="10", random_range_ratio="0.25")
+    path = _write(tmp_path, "r.json", json.dumps(data))
+    # vLLM's interval [floor(L(1−r)), ceil(L(1+r))]: 750..1250 and 7..13 (7.5 floors to 7, 12.5 ceils to 13).
+    assert workload_for(read_results(path)[0], tmp_path)["synthetic"] == {
+        "num_requests": 4, "input_length": {"min": 750, "max": 1250}, "output_length": {"min": 7, "max": 13}}
+    data["random_range_ratio"] = "1.5"
+    path.write_text(json.dumps(data))
+    with pytest.raises(ServesimError, match="are out of range"):
+        read_results(path)

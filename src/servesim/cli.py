@@ -261,6 +261,28 @@ def bench(
         _fail(str(err))
 
 
+@app.command()
+def validate(
+    results: Annotated[list[Path], typer.Argument(help="Result files: vllm bench serve JSON, SGLang "
+                                                  "bench_serving JSONL, aiperf, genai-perf or guidellm JSON.")],
+    config: Annotated[Path, typer.Option("--config", help="The deployment the results were measured on "
+                                         "(model, GPU, engine, workers); its workload is replaced.")],
+    fail_above: Annotated[Optional[float], typer.Option("--fail-above", metavar="PCT", help="Exit 1 when any "
+                                                        "compared figure is off by more than PCT percent.")] = None,
+    out: Annotated[Optional[Path], typer.Option("--out", help="Write comparison.json, comparison.csv, plots "
+                                                "and each simulated run's files into this folder.")] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing but warnings and errors.")] = False,
+) -> None:
+    """Does servesim reproduce what you measured? Simulate each result file's run and compare."""
+    from servesim.validate.command import run_validate
+
+    try:
+        status = run_validate(results, config, fail_above, out, quiet)
+    except ServesimError as err:
+        _fail(str(err))
+    raise typer.Exit(status)
+
+
 # --------------------------------------------------------------------------- sweep and recommend
 
 _WORKERS_HELP = "Local worker processes (default: one per CPU; 1 runs trials in this process)."

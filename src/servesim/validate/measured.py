@@ -7,6 +7,7 @@ workload cannot be rebuilt without is an error naming the field (`need`).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -120,3 +121,78 @@ def fill_missing_stats(run: MeasuredRun) -> None:
         for stat, value in values.items():
             if have.get(stat) is None:
                 have[stat] = value
+
+
+# --------------------------------------------------------------------------- types, checked once per run
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _bad(run: MeasuredRun, name: str, what: str, value: Any) -> ServesimError:
+    shown = repr(value)
+    return ServesimError(f"{run.path}: {name} must be {what}, got {shown[:60] + '...' if len(shown) > 60 else shown}")
+
+
+def _count(run: MeasuredRun, name: str, value: Any, minimum: int = 0) -> int:
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum or value > 2**40:
+        raise _bad(run, name, f"a whole number of at least {minimum}", value)
+    return value
+
+
+def _rate(run: MeasuredRun, name: str, value: Any) -> float | str | None:
+    if value is None or value == "inf" or value == float("inf"):
+        return None if value is None else "inf"
+    if not _is_number(value) or value <= 0:
+        raise _bad(run, name, "a positive number or inf", value)
+    return float(value)
+
+
+def _numbers(run: MeasuredRun, name: str, values: Any, minimum: float | None = None) -> list[float] | None:
+    if values is None:
+        return None
+    if not isinstance(values, list) or not all(_is_number(v) and (minimum is None or v >= minimum)
+                                               for v in values):
+        what = "a list of numbers" + ("" if minimum is None else f" of at least {minimum:g}")
+        raise _bad(run, name, what, values)
+    return [float(v) for v in values]
+
+
+def check_run(run: MeasuredRun) -> MeasuredRun:
+    """Every field of the right type and range, or one sentence naming the field (as the file spells it)."""
+    run.num_requests = _count(run, "num_prompts", run.num_requests)
+    run.completed = _count(run, "completed", run.completed)
+    run.failed = _count(run, "failed", run.failed)
+    run.request_rate = _rate(run, "request_rate", run.request_rate)
+    run.burstiness = _rate(run, "burstiness", run.burstiness)
+    if run.max_concurrency is not None:
+        run.max_concurrency = _count(run, "max_concurrency", run.max_concurrency, 1)
+    for name in ("model", "engine"):
+        if getattr(run, name) is not None and not isinstance(getattr(run, name), str):
+            raise _bad(run, name, "text", getattr(run, name))
+    for name in ("input_lens", "output_lens", "ok_output_lens"):
+        values = getattr(run, name)
+        if values is not None:
+            setattr(run, name, [_count(run, name, v) for v in (values if isinstance(values, list) else [values])])
+            if not isinstance(values, list):
+                raise _bad(run, name, "a list of whole numbers", values)
+    run.start_times = _numbers(run, "start_times", run.start_times, 0.0)
+    run.ttfts = _numbers(run, "ttfts", run.ttfts, 0.0)
+    run.latencies = _numbers(run, "latencies", run.latencies, 0.0)
+    if run.itls is not None:
+        if not isinstance(run.itls, list):
+            raise _bad(run, "itls", "a list of lists of numbers", run.itls)
+        run.itls = [_numbers(run, "itls", gaps, 0.0) or [] for gaps in run.itls]
+    for metric, values in run.stats.items():
+        for stat, value in values.items():
+            if value is not None and not _is_number(value):
+                raise _bad(run, f"{stat} {metric}", "a number", value)
+    for name, value in list(run.rates.items()) + [("duration", run.duration_s),
+                                                  ("mean input length", run.mean_input_length),
+                                                  ("mean output length", run.mean_output_length)]:
+        if value is not None and (not _is_number(value) or value < 0):
+            raise _bad(run, name, "a non-negative number", value)
+    return run

@@ -9,11 +9,10 @@ pointed at the result.json that `--format vllm` writes.
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
 from servesim.errors import ServesimError
-from servesim.validate.measured import MeasuredRun
+from servesim.validate.measured import MeasuredRun, check_run, fill_missing_stats
 from servesim.validate.readers import aiperf, genai_perf, guidellm, sglang, vllm
 
 
@@ -74,8 +73,22 @@ def _unknown(path: Path, data: object) -> ServesimError:
 
 
 def read_results(path: Path) -> list[MeasuredRun]:
-    """The runs (comparison rows) in one result file."""
+    """The runs (comparison rows) in one result file, their fields checked."""
     path = Path(path)
+    try:
+        runs = _read(path)
+        for run in runs:
+            check_run(run)
+            fill_missing_stats(run)
+    except (TypeError, ValueError, AttributeError, KeyError, IndexError, ArithmeticError) as err:
+        # What the readers' own checks did not name: a field of a shape no tool writes.
+        detail = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise ServesimError(f"{path}: a field holds a value of a type or shape its tool never writes "
+                            f"({detail})") from None
+    return runs
+
+
+def _read(path: Path) -> list[MeasuredRun]:
     document, lines = _parse(path)
     if document is not None:
         kind = tool_of(document)
@@ -94,7 +107,7 @@ def read_results(path: Path) -> list[MeasuredRun]:
             if not summary.is_file():
                 raise ServesimError(f"{path} is genai-perf's per-request profile_export.json, which holds no "
                                     f"token counts; give its {genai_perf.SUMMARY_NAME} (read with it)")
-            return read_results(summary)
+            return _read(summary)
         if kind == "guidellm":
             return guidellm.read_all(document, path)
         raise _unknown(path, document)
@@ -112,7 +125,3 @@ def read_results(path: Path) -> list[MeasuredRun]:
         label = f"{path.name}#{index + 1}"
         runs.append(sglang.read(line, path, label) if kind == "sglang" else vllm.read(line, path, label))
     return runs
-
-
-def is_finite_number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)

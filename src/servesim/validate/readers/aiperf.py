@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from servesim.errors import ServesimError
-from servesim.validate.measured import MeasuredRun, fill_missing_stats, need
+from servesim.validate.measured import MeasuredRun, need
 from servesim.validate.readers.units import to_ms
 
 TOOL = "aiperf"
@@ -111,7 +111,6 @@ def read(data: dict, path: Path) -> MeasuredRun:
     records = path.with_name(RECORDS_NAME)
     if records.is_file():
         attach_records(run, records)
-    fill_missing_stats(run)
     return run
 
 
@@ -125,7 +124,6 @@ def read_records_file(path: Path) -> MeasuredRun:
                       completed=0)
     attach_records(run, path)
     run.mean_input_length = sum(run.input_lens) / len(run.input_lens) if run.input_lens else None
-    fill_missing_stats(run)
     return run
 
 

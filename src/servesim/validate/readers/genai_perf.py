@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from servesim.errors import ServesimError
-from servesim.validate.measured import MeasuredRun, fill_missing_stats, need
+from servesim.validate.measured import MeasuredRun, need
 from servesim.validate.readers.aiperf import avg, summary_stats
 
 TOOL = "genai-perf"
@@ -66,7 +66,6 @@ def read(data: dict, path: Path) -> MeasuredRun:
     if records.is_file():
         with open(records, encoding="utf-8") as fh:
             attach_records(run, json.load(fh), records)
-    fill_missing_stats(run)
     return run
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from servesim.validate.measured import METRICS, MeasuredRun, fill_missing_stats, need, number
+from servesim.validate.measured import METRICS, MeasuredRun, need, number
 
 TOOL = "SGLang bench_serving"
 _NAMES = {"ttft": "ttft", "tpot": "tpot", "itl": "itl", "e2e": "e2e_latency"}
@@ -47,8 +47,9 @@ def read(data: dict, path: Path, label: str) -> MeasuredRun:
                  "output_throughput": data.get("output_throughput"),
                  "total_token_throughput": data.get("total_throughput")}
     if completed:
-        run.mean_input_length = need(data, "total_input_tokens", path, TOOL) / completed
-        run.mean_output_length = need(data, "total_output_tokens", path, TOOL) / completed
+        run.mean_input_length = number(need(data, "total_input_tokens", path, TOOL), path, "total_input_tokens") / completed
+        run.mean_output_length = number(need(data, "total_output_tokens", path, TOOL), path,
+                                        "total_output_tokens") / completed
     if str(data.get("dataset_name", "")).startswith("random") and data.get("random_input_len"):
         run.random_lengths = {"input_len": data["random_input_len"], "output_len": data["random_output_len"],
                               "range_ratio": data.get("random_range_ratio", 0.0), "rule": "sglang"}
@@ -56,7 +57,6 @@ def read(data: dict, path: Path, label: str) -> MeasuredRun:
         name = _NAMES[metric]
         run.stats[metric] = {stat: data.get(f"{stat}_{name}_ms") for stat in ("mean", "median", "p90", "p99")}
     _read_details(data, run)
-    fill_missing_stats(run)
     return run
 
 

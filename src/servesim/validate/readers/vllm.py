@@ -8,6 +8,10 @@ mean_/median_/std_/pNN_ of ttft, tpot, itl and e2el in ms). `--save-detailed` ke
 per-request lists input_lens, output_lens, ttfts (s), itls (s), start_times (s) and errors
 ("" when the request succeeded); latencies (s) stay either way. servesim's own
 `--format vllm` writes the same keys (metrics/vllm_result.py).
+
+vLLM does not record its dataset settings, but `--metadata KEY=VALUE ...` adds each pair as a
+top-level key (text); random_input_len, random_output_len and random_range_ratio given so are
+read as the random dataset's settings.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from servesim.errors import ServesimError
-from servesim.validate.measured import METRICS, MeasuredRun, fill_missing_stats, need, number
+from servesim.validate.measured import METRICS, MeasuredRun, need, number
 
 TOOL = "vllm bench serve"
 _NAMES = {"ttft": "ttft", "tpot": "tpot", "itl": "itl", "e2e": "e2el"}
@@ -24,7 +28,10 @@ _RAMP = ("ramp_up_strategy", "ramp_up_start_rps", "ramp_up_end_rps")
 
 
 def looks_like(data: Any) -> bool:
-    return isinstance(data, dict) and "num_prompts" in data and ("mean_ttft_ms" in data or "ttfts" in data)
+    """vLLM's set-up keys beside TTFT figures (SGLang's lines have a dataset_name instead)."""
+    return (isinstance(data, dict) and "dataset_name" not in data
+            and any(key in data for key in ("num_prompts", "endpoint_type", "tokenizer_id"))
+            and ("mean_ttft_ms" in data or "ttfts" in data))
 
 
 def _successful(values: list, errors: list | None) -> list:
@@ -46,17 +53,38 @@ def read(data: dict, path: Path, label: str | None = None) -> MeasuredRun:
     run.duration_s = number(need(data, "duration", path, TOOL), path, "duration")
     for key in ("request_throughput", "output_throughput", "total_token_throughput"):
         run.rates[key] = data.get(key)
-    total_in, total_out = data.get("total_input_tokens"), data.get("total_output_tokens")
-    if total_in is not None and completed:
-        run.mean_input_length = total_in / completed
-    if total_out is not None and completed:
-        run.mean_output_length = total_out / completed
+    for key, attr in (("total_input_tokens", "mean_input_length"), ("total_output_tokens", "mean_output_length")):
+        if data.get(key) is not None and completed:
+            setattr(run, attr, number(data[key], path, key) / completed)
     for metric in METRICS:
         name = _NAMES[metric]
         run.stats[metric] = {stat: data.get(f"{stat}_{name}_ms") for stat in ("mean", "median", "p90", "p99")}
+    _read_random_metadata(data, path, run)
     _read_detailed(data, path, run)
-    fill_missing_stats(run)
     return run
+
+
+def _metadata_number(data: dict, key: str, path: Path) -> float | None:
+    value = data.get(key)
+    if value is None:
+        return None
+    try:
+        return float(value) if not isinstance(value, bool) else float("nan")
+    except (TypeError, ValueError):
+        raise ServesimError(f"{path}: {key} (a --metadata value) must be a number, got {value!r}") from None
+
+
+def _read_random_metadata(data: dict, path: Path, run: MeasuredRun) -> None:
+    lengths = {key: _metadata_number(data, f"random_{key}", path) for key in ("input_len", "output_len",
+                                                                            "range_ratio")}
+    if lengths["input_len"] is None or lengths["output_len"] is None:
+        return
+    ratio = lengths["range_ratio"] or 0.0
+    if not (lengths["input_len"] >= 1 and lengths["output_len"] >= 1 and 0 <= ratio < 1):
+        raise ServesimError(f"{path}: the --metadata random_input_len, random_output_len (at least 1) and "
+                            "random_range_ratio (0 to 1) are out of range")
+    run.random_lengths = {"input_len": int(lengths["input_len"]), "output_len": int(lengths["output_len"]),
+                          "range_ratio": ratio, "rule": "vllm"}
 
 
 def _engine(backend: Any) -> str | None:
@@ -76,9 +104,10 @@ def _read_detailed(data: dict, path: Path, run: MeasuredRun) -> None:
         raise ServesimError(f"{path}: the per-request lists input_lens, output_lens, ttfts, itls and "
                             "start_times must have one entry per request")
     errors = data.get("errors")
-    run.input_lens = [int(v) for v in lists["input_lens"]]
-    run.output_lens = [int(v) for v in lists["output_lens"]]
-    run.start_times = [float(v) for v in lists["start_times"]]
+    if errors is not None and (not isinstance(errors, list) or len(errors) != len(lists["ttfts"])):
+        raise ServesimError(f"{path}: errors must be a list with one entry per request")
+    run.input_lens, run.output_lens = lists["input_lens"], lists["output_lens"]
+    run.start_times = lists["start_times"]
     run.ttfts = _successful(lists["ttfts"], errors)
     run.itls = _successful(lists["itls"], errors)
     latencies = data.get("latencies")
