@@ -116,7 +116,7 @@ def _write(tmp_path: Path, name: str, text: str) -> Path:
     ("TIMESTAMP,ContextTokens\n1,2\n", "is not JSON"),
     ("", "is empty"),
     ((DATA / "sglang.jsonl").read_text().splitlines()[0] + "\n" + json.dumps({"num_prompts": 1, "ttfts": []}) + "\n",
-     "line 2 is not a sglang result like line 1"),
+     "line 2 is not a SGLang bench_serving result like line 1"),
     (json.dumps({"benchmarks": [{"metrics": {}, "config": {"strategy": {"type_": "sweep"}}}]}),
      "strategy 'sweep' cannot be rebuilt"),
 ])

@@ -283,6 +283,30 @@ def validate(
     raise typer.Exit(status)
 
 
+@app.command()
+def calibrate(
+    results: Annotated[list[Path], typer.Argument(help="Result files of one model and engine (as validate "
+                                                  "reads them), at several prompt lengths and concurrencies.")],
+    config: Annotated[Path, typer.Option("--config", help="The deployment they were measured on.")],
+    out: Annotated[Path, typer.Option("--out", help="The profile to write, for engine.timing.profile_file.")],
+    params: Annotated[Optional[str], typer.Option("--params", metavar="LIST", help="Comma-separated roofline "
+                                                  "parameters to fit (default: every one the files constrain).")]
+    = None,
+    evals: Annotated[int, typer.Option("--evals", help="Evaluations of the fit (the leave-one-out refits get "
+                                       "half).")] = 30,
+    waves: Annotated[int, typer.Option("--waves", help="Waves of each closed-loop run simulated per "
+                                       "evaluation.")] = 3,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing but errors.")] = False,
+) -> None:
+    """Fit the step-time model to your result files and write a profile sweeps can use."""
+    from servesim.calibrate.command import run_calibrate
+
+    try:
+        run_calibrate(results, config, out, params, evals, waves, quiet)
+    except ServesimError as err:
+        _fail(str(err))
+
+
 # --------------------------------------------------------------------------- sweep and recommend
 
 _WORKERS_HELP = "Local worker processes (default: one per CPU; 1 runs trials in this process)."

@@ -37,6 +37,17 @@ VALIDATE_CASES = [
                                                    "out/r.json": json.dumps(VLLM), "out/.servesim-output": ""},
          _validate("{d}/out/r.json", "--out", "{d}/out")),
     Case("validate-string-count", "validate", _files(json.dumps({**VLLM, "completed": "3"})), _validate()),
+    Case("calibrate-unconstrained", "calibrate", {**_files(json.dumps(VLLM)),
+                                                  "c.yaml": cfg_text(engine__timing={"kind": "roofline"})},
+         ["calibrate", "{d}/r.json", "--config", "{d}/c.yaml", "--out", "{d}/p.yaml", "--params", "gemm_efficiency"]),
+    Case("calibrate-fixed-timing", "calibrate", _files(json.dumps(VLLM)),
+         ["calibrate", "{d}/r.json", "--config", "{d}/c.yaml", "--out", "{d}/p.yaml"]),
+    Case("calibrate-out-is-result", "calibrate", {**_files(json.dumps(VLLM)), "r.yaml": json.dumps(VLLM)},
+         ["calibrate", "{d}/r.yaml", "--config", "{d}/c.yaml", "--out", "{d}/r.yaml"]),
+    Case("profile-file-and-profile", "calibrate",
+         {"c.yaml": cfg_text(engine__timing={"kind": "roofline", "profile": "h100-sxm/vllm",
+                                             "profile_file": "p.yaml"}), "trace.jsonl": TRACE},
+         ["run", "{d}/c.yaml", "-q"]),
 ]
 
 VALIDATE_SAYS = {
@@ -45,4 +56,7 @@ VALIDATE_SAYS = {
     "validate-missing-file": "nope.json does not exist", "validate-folder": "is a folder",
     "validate-bad-fail-above": "--fail-above must be", "validate-out-holds-result": "r.json",
     "validate-string-count": "completed must be a number",
+    "calibrate-unconstrained": "cannot constrain gemm_efficiency", "calibrate-fixed-timing":
+    "calibrate fits the roofline step-time model", "calibrate-out-is-result": "is one of the result files",
+    "profile-file-and-profile": "give profile (a shipped fit) or profile_file",
 }

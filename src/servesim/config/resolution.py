@@ -48,7 +48,15 @@ def resolve(loaded: LoadedConfig) -> RunSpec:
         role_cfg.scheduler = backend.resolve_scheduler(role_cfg.scheduler, where, gpu, model, deployment,
                                                        role_cfg, role)
     timing = config.engine.timing
-    if isinstance(timing, RooflineTiming) and timing.profile is None:
+    if isinstance(timing, RooflineTiming) and timing.profile_file is not None:
+        # Relative to the config's folder, as traces are; checked (and read) here, before the run.
+        profile_file = Path(timing.profile_file).expanduser()
+        timing.profile_file = str((profile_file if profile_file.is_absolute() else loaded.base_dir / profile_file)
+                                  .resolve())
+        from servesim.calibrate.profile_file import load_profile_file
+
+        load_profile_file(timing.profile_file, gpu.name, backend.timing_profile)
+    elif isinstance(timing, RooflineTiming) and timing.profile is None:
         # Record which fitted profile the run uses (config.resolved.yaml shows it).
         from servesim.timing.roofline import fitted_profile
 

@@ -71,6 +71,24 @@ class MeasuredRun:
         return self.stats.get(metric, {}).get(stat)
 
 
+def engine_named(text: object) -> str | None:
+    """The engine a tool's backend or server name stands for (the registry's, by name or label:
+    "sglang-oai" → sglang, "tensorrtllm" → trtllm), or None for a generic client such as openai."""
+    from servesim.engine.registry import BACKENDS
+
+    if not isinstance(text, str):
+        return None
+
+    def squash(name: str) -> str:
+        return name.lower().replace("-", "").replace("_", "")
+
+    head = squash(text.split("-")[0])
+    for name, backend in BACKENDS.items():
+        if squash(text) in (squash(name), squash(backend.label)) or head == squash(name):
+            return name
+    return None
+
+
 def need(data: dict, key: str, path: Path, tool: str, where: str = "") -> Any:
     """data[key], or the one-sentence error naming the missing field."""
     if not isinstance(data, dict) or key not in data or data[key] is None:

@@ -24,7 +24,8 @@ from servesim.validate.measured import MeasuredRun
 
 
 def _length_range(length: int, ratio: float, rule: str, minimum: int = 1) -> int | dict[str, int]:
-    if rule == "sglang":
+    """A random dataset's interval: "floor_ceil" (vLLM's) or "fraction_to_full" (SGLang's)."""
+    if rule == "fraction_to_full":   # SGLang's [max(int(L·r), 1), L]
         low = max(int(length * ratio), 1)
         return length if low >= length else {"min": low, "max": length}
     return random_lengths(length, ratio, minimum)

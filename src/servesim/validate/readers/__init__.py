@@ -52,15 +52,40 @@ def _parse(path: Path) -> tuple[object, list | None]:
     return None, _load_json_lines(path, text)
 
 
+# (kind, recogniser) in the order they are tried; each kind's reader is in _READERS / _LINE_READERS.
+_KINDS = (("vllm bench serve", vllm.looks_like), ("SGLang bench_serving", sglang.looks_like),
+          ("aiperf", aiperf.looks_like), ("aiperf records", aiperf.looks_like_record),
+          ("genai-perf", genai_perf.looks_like), ("genai-perf records", genai_perf.looks_like_records),
+          ("guidellm", guidellm.looks_like))
+
+
 def tool_of(data: object) -> str | None:
     """Which tool wrote this parsed document (or first JSON line), by its keys."""
-    checks = (("vllm", vllm.looks_like), ("sglang", sglang.looks_like), ("aiperf", aiperf.looks_like),
-              ("aiperf records", aiperf.looks_like_record), ("genai-perf", genai_perf.looks_like),
-              ("genai-perf records", genai_perf.looks_like_records), ("guidellm", guidellm.looks_like))
-    for name, check in checks:
+    for name, check in _KINDS:
         if check(data):
             return name
     return None
+
+
+def _genai_perf_records(document: dict, path: Path) -> list[MeasuredRun]:
+    summary = path.with_name(genai_perf.SUMMARY_NAME)
+    if not summary.is_file():
+        raise ServesimError(f"{path} is genai-perf's per-request profile_export.json, which holds no "
+                            f"token counts; give its {genai_perf.SUMMARY_NAME} (read with it)")
+    return _read(summary)
+
+
+_READERS = {
+    "vllm bench serve": lambda d, p: [vllm.read(d, p)],
+    "SGLang bench_serving": lambda d, p: [sglang.read(d, p, p.name)],
+    "aiperf": lambda d, p: [aiperf.read(d, p)],
+    "aiperf records": lambda d, p: [aiperf.read_records_file(p)],   # a one-line profile_export.jsonl
+    "genai-perf": lambda d, p: [genai_perf.read(d, p)],
+    "genai-perf records": _genai_perf_records,
+    "guidellm": guidellm.read_all,
+}
+# JSON-lines files: each line one run.
+_LINE_READERS = {"vllm bench serve": vllm.read, "SGLang bench_serving": sglang.read}
 
 
 def _unknown(path: Path, data: object) -> ServesimError:
@@ -92,36 +117,17 @@ def _read(path: Path) -> list[MeasuredRun]:
     document, lines = _parse(path)
     if document is not None:
         kind = tool_of(document)
-        if kind == "vllm":
-            return [vllm.read(document, path)]
-        if kind == "sglang":
-            return [sglang.read(document, path, path.name)]
-        if kind == "aiperf":
-            return [aiperf.read(document, path)]
-        if kind == "aiperf records":   # a one-line profile_export.jsonl
-            return [aiperf.read_records_file(path)]
-        if kind == "genai-perf":
-            return [genai_perf.read(document, path)]
-        if kind == "genai-perf records":
-            summary = path.with_name(genai_perf.SUMMARY_NAME)
-            if not summary.is_file():
-                raise ServesimError(f"{path} is genai-perf's per-request profile_export.json, which holds no "
-                                    f"token counts; give its {genai_perf.SUMMARY_NAME} (read with it)")
-            return _read(summary)
-        if kind == "guidellm":
-            return guidellm.read_all(document, path)
-        raise _unknown(path, document)
-    if not lines:
-        raise ServesimError(f"result file {path} is empty")
+        if kind is None:
+            raise _unknown(path, document)
+        return _READERS[kind](document, path)
     kind = tool_of(lines[0])
     if kind == "aiperf records":
         return [aiperf.read_records_file(path)]
-    if kind not in ("sglang", "vllm"):
+    if kind not in _LINE_READERS:
         raise _unknown(path, lines[0])
     runs = []
     for index, line in enumerate(lines):
         if tool_of(line) != kind:
             raise ServesimError(f"{path} line {index + 1} is not a {kind} result like line 1")
-        label = f"{path.name}#{index + 1}"
-        runs.append(sglang.read(line, path, label) if kind == "sglang" else vllm.read(line, path, label))
+        runs.append(_LINE_READERS[kind](line, path, f"{path.name}#{index + 1}"))
     return runs

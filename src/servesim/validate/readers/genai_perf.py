@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from servesim.errors import ServesimError
-from servesim.validate.measured import MeasuredRun, need
+from servesim.validate.measured import MeasuredRun, engine_named, need
 from servesim.validate.readers.aiperf import avg, summary_stats
 
 TOOL = "genai-perf"
@@ -49,7 +49,7 @@ def read(data: dict, path: Path) -> MeasuredRun:
     run = MeasuredRun(tool="genai-perf", path=path, label=path.parent.name + "/" + path.name,
                       num_requests=int(count), completed=int(count),
                       model=model[0] if isinstance(model, list) and model else model,
-                      engine={"vllm": "vllm", "tensorrtllm": "trtllm"}.get(backend))
+                      engine=engine_named(backend))
     if config.get("request_rate"):
         run.request_rate, run.burstiness = float(config["request_rate"]), 1.0
     else:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from servesim.validate.measured import METRICS, MeasuredRun, need, number
+from servesim.validate.measured import METRICS, MeasuredRun, engine_named, need, number
 
 TOOL = "SGLang bench_serving"
 _NAMES = {"ttft": "ttft", "tpot": "tpot", "itl": "itl", "e2e": "e2e_latency"}
@@ -28,9 +28,7 @@ def looks_like(data: Any) -> bool:
 
 def read(data: dict, path: Path, label: str) -> MeasuredRun:
     completed = int(number(need(data, "completed", path, TOOL), path, "completed"))
-    backend = data.get("backend")
-    engine = "sglang" if isinstance(backend, str) and backend.startswith("sglang") else (
-        "vllm" if backend == "vllm" else None)
+    engine = engine_named(data.get("backend"))
     rate = data.get("request_rate")
     run = MeasuredRun(tool="sglang", path=path, label=label, num_requests=completed, completed=completed,
                       engine=engine, request_rate="inf" if rate == float("inf") else rate,
@@ -52,7 +50,7 @@ def read(data: dict, path: Path, label: str) -> MeasuredRun:
                                         "total_output_tokens") / completed
     if str(data.get("dataset_name", "")).startswith("random") and data.get("random_input_len"):
         run.random_lengths = {"input_len": data["random_input_len"], "output_len": data["random_output_len"],
-                              "range_ratio": data.get("random_range_ratio", 0.0), "rule": "sglang"}
+                              "range_ratio": data.get("random_range_ratio", 0.0), "rule": "fraction_to_full"}
     for metric in METRICS:
         name = _NAMES[metric]
         run.stats[metric] = {stat: data.get(f"{stat}_{name}_ms") for stat in ("mean", "median", "p90", "p99")}

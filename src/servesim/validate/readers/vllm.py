@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from servesim.errors import ServesimError
-from servesim.validate.measured import METRICS, MeasuredRun, need, number
+from servesim.validate.measured import METRICS, MeasuredRun, engine_named, need, number
 
 TOOL = "vllm bench serve"
 _NAMES = {"ttft": "ttft", "tpot": "tpot", "itl": "itl", "e2e": "e2el"}
@@ -84,14 +84,12 @@ def _read_random_metadata(data: dict, path: Path, run: MeasuredRun) -> None:
         raise ServesimError(f"{path}: the --metadata random_input_len, random_output_len (at least 1) and "
                             "random_range_ratio (0 to 1) are out of range")
     run.random_lengths = {"input_len": int(lengths["input_len"]), "output_len": int(lengths["output_len"]),
-                          "range_ratio": ratio, "rule": "vllm"}
+                          "range_ratio": ratio, "rule": "floor_ceil"}
 
 
 def _engine(backend: Any) -> str | None:
-    """The client backend names the server only when it is an engine's own (vllm, sglang, ...)."""
-    if isinstance(backend, str) and backend in ("vllm", "sglang", "tensorrt-llm", "trtllm"):
-        return "trtllm" if backend == "tensorrt-llm" else backend
-    return None
+    """The client backend names the server only when it is an engine's own, not for openai."""
+    return engine_named(backend)
 
 
 def _read_detailed(data: dict, path: Path, run: MeasuredRun) -> None:
