@@ -144,3 +144,19 @@ def test_configs_without_a_profile_file_dump_as_before():
 
     timing = load_config(DEPLOYMENT).config.engine.timing.model_dump(mode="json")
     assert "profile_file" not in timing and timing["profile"] is None
+
+
+def test_a_run_whose_every_request_is_refused_is_a_failed_run_not_a_nan(tmp_path):
+    from servesim.calibrate.fit import Evaluator, prepare
+    from servesim.calibrate.search import FAILED_RUN_LOSS
+    from servesim.validate.readers import read_results
+
+    data = json.loads((DATA / "vllm_summary.json").read_text())
+    data["total_input_tokens"] = 3 * 5000            # 5,000-token prompts against max_model_len 1024
+    (tmp_path / "r.json").write_text(json.dumps(data))
+    config = json.loads(json.dumps(DEPLOYMENT))
+    config["engine"]["workers"] = {"aggregated": {"scheduler": {"max_model_len": 1024}}}
+    evaluator = Evaluator(_write(tmp_path / "d.yaml", config))
+    runs = prepare(read_results(tmp_path / "r.json"), tmp_path, 3)
+    assert evaluator.predict(runs[0], {}) is None
+    assert evaluator.loss(runs, {}) == FAILED_RUN_LOSS

@@ -133,3 +133,29 @@ def test_bad_options_are_one_sentence(tmp_path, args, says):
     result = CliRunner().invoke(app, base + args)
     assert result.exit_code == 2
     assert says.replace("{d}", str(tmp_path)) in result.output
+
+
+def test_a_hand_checked_comparison_on_the_vllm_fixture(tmp_path):
+    # Fixed 10 ms passes (request path off): each of the four requests, sent 0.5 s apart, runs
+    # alone: TTFT one pass, then one pass per token. Outputs 3, 2, 4 and, for the failed request
+    # (recorded 0), the successful mean 3 → E2E 30, 20, 40, 30 ms.
+    config = _write_fixed(tmp_path)
+    c = compare_run(read_results(DATA / "vllm_detailed.json")[0], config)
+    f = {name: (v["measured"], v["predicted"], v["error_pct"]) for name, v in c.figures.items()}
+    assert f["mean_ttft_ms"] == (200.0, 10.0, -95.0)                       # (10 − 200) / 200
+    assert f["mean_tpot_ms"] == pytest.approx((80 / 3, 10.0, -62.5))        # (10 − 26.67) / 26.67
+    assert f["mean_itl_ms"] == pytest.approx((25.0, 10.0, -60.0))
+    assert f["mean_e2e_ms"] == pytest.approx((250.0, 30.0, -88.0))
+    assert f["p90_e2e_ms"][1] == pytest.approx(37.0)     # sorted 20, 30, 30, 40: index 2.7 → 37
+    # The last request finishes at 1.5 s + 30 ms: 4 requests in 1.53 s, 12 output and 1,000 input tokens.
+    assert f["duration_s"] == pytest.approx((2.0, 1.53, -23.5))
+    assert f["request_throughput"][1] == pytest.approx(4 / 1.53)
+    assert f["total_token_throughput"][1] == pytest.approx(1012 / 1.53)
+
+
+def _write_fixed(tmp_path: Path) -> Path:
+    path = tmp_path / "fixed.yaml"
+    path.write_text(yaml.safe_dump({"engine": {"timing": {"kind": "fixed", "pass_ms": 10.0}},
+                                    "workload": {"synthetic": {"num_requests": 1, "input_length": 1,
+                                                               "output_length": 1}}}))
+    return path

@@ -24,7 +24,7 @@ def _files(result: object) -> dict:
 
 
 VALIDATE_CASES = [
-    Case("validate-no-duration", "validate", _files(_without("duration")), _validate()),
+    Case("validate-no-completed", "validate", _files(_without("completed")), _validate()),
     Case("validate-no-num-prompts", "validate", _files(_without("num_prompts")), _validate()),
     Case("validate-servesim-summary", "validate", _files(json.dumps({"servesim_version": "0", "completed": 1})),
          _validate()),
@@ -51,7 +51,7 @@ VALIDATE_CASES = [
 ]
 
 VALIDATE_SAYS = {
-    "validate-no-duration": "has no 'duration'", "validate-no-num-prompts": "has no 'num_prompts'",
+    "validate-no-completed": "has no 'completed'", "validate-no-num-prompts": "has no 'num_prompts'",
     "validate-servesim-summary": "servesim's own summary.json", "validate-csv": "is not JSON",
     "validate-missing-file": "nope.json does not exist", "validate-folder": "is a folder",
     "validate-bad-fail-above": "--fail-above must be", "validate-out-holds-result": "r.json",

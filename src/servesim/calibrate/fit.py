@@ -71,6 +71,8 @@ def _means(fit_run: FitRun, result) -> tuple[float, float]:
     ids = table.column("request_id")
     first_token = table.column("first_token_ns")
     served = table.column("status") != 2
+    if not served.any():
+        return math.nan, math.nan
     ttft = ((first_token - table.column("arrival_ns")) / 1e6)[served]
     out_len = table.column("output_length")[served]
     tpot = np.where(out_len > 1, (table.column("finish_ns")[served] - first_token[served])
@@ -99,9 +101,11 @@ def simulate_run(fit_run: FitRun, config: Path, params: dict[str, float]) -> tup
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            return _means(fit_run, simulate(config, overrides=overrides))
+            means = _means(fit_run, simulate(config, overrides=overrides))
     except ServesimError:
         return None
+    # Every request refused (longer than the deployment's limit, say): a failed run, not a NaN loss.
+    return means if all(math.isfinite(m) for m in means) else None
 
 
 @dataclass
