@@ -160,3 +160,18 @@ def test_a_run_whose_every_request_is_refused_is_a_failed_run_not_a_nan(tmp_path
     runs = prepare(read_results(tmp_path / "r.json"), tmp_path, 3)
     assert evaluator.predict(runs[0], {}) is None
     assert evaluator.loss(runs, {}) == FAILED_RUN_LOSS
+
+
+def test_recommend_takes_a_calibrated_profile(tmp_path):
+    from servesim.errors import ServesimError
+    from servesim.sweep.recommend import build
+
+    profile = tmp_path / "p.yaml"
+    profile.write_text(yaml.safe_dump({"kind": "servesim calibrate profile", "gpu": "h100-sxm", "backend": "vllm",
+                                       "parameters": {"pass_overhead_ms": 2.0}}))
+    base, _, _ = build("llama-3.1-8b", "h100-sxm", 1, "requests=20,input=100,output=10,concurrency=2",
+                       "ttft_ms=500,tpot_ms=50", profile_file=str(profile))
+    assert base["engine"]["timing"] == {"kind": "roofline", "profile_file": str(profile)}
+    with pytest.raises(ServesimError, match="was fitted for h100-sxm/vllm, but this run is h200-sxm/vllm"):
+        build("llama-3.1-8b", "h200-sxm", 1, "requests=20,input=100,output=10,concurrency=2",
+              "ttft_ms=500,tpot_ms=50", profile_file=str(profile))

@@ -406,13 +406,17 @@ def recommend(
     resume: Annotated[bool, typer.Option("--resume", help="Continue the sweep in --out.")] = False,
     top: Annotated[int, typer.Option("--top", help="Rows of the ranked table.")] = 10,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing but errors.")] = False,
+    profile_file: Annotated[Optional[Path], typer.Option("--profile-file", help="Step times from a profile "
+                                                         "servesim calibrate wrote (for --gpu and --backend).")]
+    = None,
 ) -> None:
     """Which deployment should I run? Sweep a default space for this model, GPU budget, workload and SLOs."""
     try:
         from servesim.sweep.recommend import build
         from servesim.yaml_io import dump_yaml
 
-        base, space, notes = build(model, gpu, gpus, workload, slo, backend, max_requests, gpus_per_node)
+        base, space, notes = build(model, gpu, gpus, workload, slo, backend, max_requests, gpus_per_node,
+                                   None if profile_file is None else str(profile_file))
         out = out if out is not None else Path("sweeps") / f"recommend-{base['model']}-{base['gpu']}-{gpus}gpus"
         if not quiet:
             for note in notes:
