@@ -1,7 +1,8 @@
 """Writes the reader fixtures beside this script: `python tests/data/results/make_fixtures.py`.
 
 Each file is written from its tool's source schema (the upstream file and version are in
-docs/modeling/result_files.md), not by running the tool: vLLM's benchmark needs a served model
+docs/modeling/result_files.md), not by running the tool; aiperf's two files are serialised by
+aiperf's own models instead (make_aiperf_fixtures.py, from the figures here). The tools cannot run: vLLM's benchmark needs a served model
 and the CPU build is a 3.5 GB install, aiperf and guidellm need a live endpoint, and genai-perf
 needs perf_analyzer, a binary not on the package registries. The numbers are small and round so
 the tests can check the readers by hand.
@@ -167,9 +168,6 @@ def main() -> None:
     _write("vllm_detailed.json", vllm_result(True))
     _write("vllm_summary.json", vllm_result(False))
     (HERE / "sglang.jsonl").write_text("".join(json.dumps(x) + "\n" for x in sglang_lines()), encoding="utf-8")
-    _write("aiperf/profile_export_aiperf.json", aiperf_summary())
-    (HERE / "aiperf/profile_export.jsonl").write_text("".join(json.dumps(x) + "\n" for x in aiperf_records()),
-                                                      encoding="utf-8")
     _write("genai_perf/profile_export_genai_perf.json", genai_perf_summary())
     _write("genai_perf/profile_export.json", genai_perf_records())
     _write("guidellm.json", guidellm_report())
