@@ -263,8 +263,9 @@ def bench(
 
 @app.command()
 def validate(
-    results: Annotated[list[Path], typer.Argument(help="Result files: vllm bench serve JSON, SGLang "
-                                                  "bench_serving JSONL, aiperf, genai-perf or guidellm JSON.")],
+    results: Annotated[list[Path], typer.Argument(
+        metavar="RESULT", help="Result files: vllm bench serve JSON, SGLang bench_serving JSONL, aiperf, "
+        "genai-perf or guidellm JSON.")],
     config: Annotated[Path, typer.Option("--config", help="The deployment the results were measured on "
                                          "(model, GPU, engine, workers); its workload is replaced.")],
     fail_above: Annotated[Optional[float], typer.Option("--fail-above", metavar="PCT", help="Exit 1 when any "
@@ -285,8 +286,9 @@ def validate(
 
 @app.command()
 def calibrate(
-    results: Annotated[list[Path], typer.Argument(help="Result files of one model and engine (as validate "
-                                                  "reads them), at several prompt lengths and concurrencies.")],
+    results: Annotated[list[Path], typer.Argument(
+        metavar="RESULT", help="Result files of one model and engine (as validate reads them), at several "
+        "prompt lengths and concurrencies.")],
     config: Annotated[Path, typer.Option("--config", help="The deployment they were measured on.")],
     out: Annotated[Path, typer.Option("--out", help="The profile to write, for engine.timing.profile_file.")],
     params: Annotated[Optional[str], typer.Option("--params", metavar="LIST", help="Comma-separated roofline "
