@@ -67,7 +67,7 @@ def run_calibrate(results: list[Path], config: Path, out: Path, params: str | No
         raise ServesimError(f"--config {config} " + ("is a folder, not a file" if config.is_dir()
                                                      else "does not exist"))
     runs = [run for path in results for run in read_results(Path(path))]
-    base, base_key, cfg = base_parameters(config, [])
+    base, base_key, cfg = base_parameters(config)
     check_consistent(runs, cfg)
     asked = [p.strip() for p in params.split(",") if p.strip()] if params else None
     free, unconstrained = free_parameters(runs, cfg, asked)

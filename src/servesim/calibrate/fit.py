@@ -160,7 +160,7 @@ def signed_pct(predicted: float | None, measured: float) -> float | None:
     return None if predicted is None else (predicted - measured) / measured * 100.0
 
 
-def base_parameters(config: Path, free: list[str]) -> tuple[dict[str, float], str, Any]:
+def base_parameters(config: Path) -> tuple[dict[str, float], str, Any]:
     """The config's own roofline profile (its fit, pins applied) as the start, its key, its resolved config."""
     from servesim.config import load_config
     from servesim.config.resolution import resolve

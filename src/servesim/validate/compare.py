@@ -87,7 +87,7 @@ def run_warnings(run: MeasuredRun, config) -> list[str]:
     return out
 
 
-def predict(run: MeasuredRun, config_path: Path, scratch: Path, seed: int | None = None,
+def predict(run: MeasuredRun, config_path: Path, scratch: Path,
             extra_overrides: list[tuple[str, Any]] | None = None):
     """(the simulated run's Result, its prediction read back as a MeasuredRun)."""
     from servesim.metrics.vllm_result import build_result
@@ -97,7 +97,7 @@ def predict(run: MeasuredRun, config_path: Path, scratch: Path, seed: int | None
     overrides = workload_overrides(run, scratch) + [("workload.warmup_requests", 0)] + list(extra_overrides or [])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        result = simulate(config_path, overrides=overrides, seed=seed, percentiles=PERCENTILES, detailed=True)
+        result = simulate(config_path, overrides=overrides, percentiles=PERCENTILES, detailed=True)
     data = build_result(result.summary, result.requests, result.config, result.summary["simulated"]["model_id"],
                         PERCENTILES, result.token_times, save_detailed=True)
     predicted = vllm.read(data, Path(f"servesim prediction of {run.label}"), label=run.label)

@@ -62,7 +62,7 @@ class MeasuredRun:
 
     @property
     def concurrency(self) -> float | None:
-        """The x axis of a concurrency sweep: max_concurrency, else the request rate."""
+        """The x axis of a concurrency sweep: max_concurrency (None for a run without one)."""
         if self.max_concurrency is not None:
             return float(self.max_concurrency)
         return None
