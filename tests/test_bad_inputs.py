@@ -247,3 +247,18 @@ def test_the_shared_prefix_counts_towards_a_prompt_limit():
         check_config(cfg(60_000_000, 50_000_000), "c")
     with pytest.raises(ServesimError, match="prefix_length is 1,000,000,000,000 tokens"):
         check_config(cfg(10**12, 1), "c")
+
+
+# --------------------------------------------------------------------------- servesim validate
+
+from tests.support.validate_cases import VALIDATE_CASES, VALIDATE_SAYS  # noqa: E402
+
+
+@pytest.mark.parametrize("case", VALIDATE_CASES, ids=[c.id for c in VALIDATE_CASES])
+def test_bad_validate_input_is_one_clean_sentence(case, tmp_path, capsys):
+    materialize(case, tmp_path)
+    before = snapshot(tmp_path)
+    rc, stderr = run_in_process(expand(case.args, tmp_path), tmp_path, capsys)
+    verdict, detail = judge(case, tmp_path, before, rc, stderr)
+    assert verdict == "clean", f"{verdict}: {detail}"
+    assert VALIDATE_SAYS[case.id] in stderr, stderr

@@ -206,3 +206,45 @@ def test_cli_refuses_in_one_sentence(tmp_path, edits, words):
     proc = servesim_cli("run", "c.yaml", "-q", cwd=tmp_path, timeout=60)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and proc.stderr.startswith("error: "), proc.stderr
     assert words in proc.stderr, proc.stderr
+
+
+# --------------------------------------------------------------------------- servesim validate's result files
+
+RESULT_KEYS = ["num_prompts", "completed", "failed", "duration", "request_rate", "burstiness", "max_concurrency",
+               "ramp_up_strategy", "input_lens", "output_lens", "ttfts", "itls", "start_times", "errors",
+               "latencies", "mean_ttft_ms", "p99_tpot_ms", "total_input_tokens", "total_output_tokens", "model_id",
+               "backend", "request_throughput"]
+
+
+@FUZZ
+@given(st.lists(st.tuples(st.sampled_from(RESULT_KEYS), ODD), min_size=1, max_size=3),
+       st.sampled_from(["vllm_detailed.json", "vllm_summary.json"]))
+def test_result_files_validate_or_refuse_in_one_sentence(tmp_path, edits, name):
+    from pathlib import Path
+
+    from servesim.validate.compare import compare_run
+    from servesim.validate.readers import read_results
+
+    data = json.loads((Path(__file__).parent / "data" / "results" / name).read_text())
+    for key, value in edits:
+        data[key] = value
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(data))
+    config = tmp_path / "c.yaml"
+    config.write_text(dump_yaml(base_config()))
+
+    def on_alarm(signum, frame):
+        raise _Timeout
+
+    old = signal.signal(signal.SIGALRM, on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, TIME_LIMIT_S)
+    try:
+        for run in read_results(path):
+            compare_run(run, config)
+    except ServesimError as err:
+        assert str(err) and "\n" not in str(err), repr(str(err))
+    except _Timeout:
+        pytest.fail(f"no answer within {TIME_LIMIT_S} s for {edits}")
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)

@@ -298,6 +298,54 @@ def bench(
         _fail(str(err))
 
 
+@app.command()
+def validate(
+    results: Annotated[list[Path], typer.Argument(
+        metavar="RESULT", help="Result files: vllm bench serve JSON, SGLang bench_serving JSONL, aiperf, "
+        "genai-perf or guidellm JSON.")],
+    config: Annotated[Path, typer.Option("--config", help="The deployment the results were measured on "
+                                         "(model, GPU, engine, workers); its workload is replaced.")],
+    fail_above: Annotated[Optional[float], typer.Option("--fail-above", metavar="PCT", help="Exit 1 when any "
+                                                        "compared figure is off by more than PCT percent.")] = None,
+    out: Annotated[Optional[Path], typer.Option("--out", help="Write comparison.json, comparison.csv, plots "
+                                                "and each simulated run's files into this folder.")] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing but warnings and errors.")] = False,
+) -> None:
+    """Does servesim reproduce what you measured? Simulate each result file's run and compare."""
+    from servesim.validate.command import run_validate
+
+    try:
+        status = run_validate(results, config, fail_above, out, quiet)
+    except ServesimError as err:
+        _fail(str(err))
+    raise typer.Exit(status)
+
+
+@app.command()
+def calibrate(
+    results: Annotated[list[Path], typer.Argument(
+        metavar="RESULT", help="Result files of one model and engine (as validate reads them), at several "
+        "prompt lengths and concurrencies.")],
+    config: Annotated[Path, typer.Option("--config", help="The deployment they were measured on.")],
+    out: Annotated[Path, typer.Option("--out", help="The profile to write, for engine.timing.profile_file.")],
+    params: Annotated[Optional[str], typer.Option("--params", metavar="LIST", help="Comma-separated roofline "
+                                                  "parameters to fit (default: every one the files constrain).")]
+    = None,
+    evals: Annotated[int, typer.Option("--evals", help="Evaluations of the fit (the leave-one-out refits get "
+                                       "half).")] = 30,
+    waves: Annotated[int, typer.Option("--waves", help="Waves of each closed-loop run simulated per "
+                                       "evaluation.")] = 3,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing but errors.")] = False,
+) -> None:
+    """Fit the step-time model to your result files and write a profile sweeps can use."""
+    from servesim.calibrate.command import run_calibrate
+
+    try:
+        run_calibrate(results, config, out, params, evals, waves, quiet)
+    except ServesimError as err:
+        _fail(str(err))
+
+
 # --------------------------------------------------------------------------- sweep and recommend
 
 _WORKERS_HELP = "Local worker processes (default: one per CPU; 1 runs trials in this process)."
@@ -410,13 +458,17 @@ def recommend(
     emit: Annotated[Optional[Path], typer.Option("--emit", metavar="DIR", help="Also write the best trial's "
                                                  "launch commands, k8s.yaml and benchmark (servesim "
                                                  "deploy) into DIR.")] = None,
+    profile_file: Annotated[Optional[Path], typer.Option("--profile-file", help="Step times from a profile "
+                                                         "servesim calibrate wrote (for --gpu and --backend).")]
+    = None,
 ) -> None:
     """Which deployment should I run? Sweep a default space for this model, GPU budget, workload and SLOs."""
     try:
         from servesim.sweep.recommend import build
         from servesim.yaml_io import dump_yaml
 
-        base, space, notes = build(model, gpu, gpus, workload, slo, backend, max_requests, gpus_per_node)
+        base, space, notes = build(model, gpu, gpus, workload, slo, backend, max_requests, gpus_per_node,
+                                   None if profile_file is None else str(profile_file))
         out = out if out is not None else Path("sweeps") / f"recommend-{base['model']}-{base['gpu']}-{gpus}gpus"
         if not quiet:
             for note in notes:

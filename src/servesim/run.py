@@ -106,7 +106,8 @@ def simulate(
         raise ServesimError(f"detailed must be True or False, got {detailed!r}")
     loaded = load_config(config, overrides)
     limits.check_config(loaded.config, loaded.source)
-    profile_given = getattr(loaded.config.engine.timing, "profile", None) is not None
+    profile_given = (getattr(loaded.config.engine.timing, "profile", None) is not None
+                     or getattr(loaded.config.engine.timing, "profile_file", None) is not None)
     run = resolve(loaded)   # the run spec: what every part below reads
     cfg = run.config        # its resolved config: the workload, client and SLO blocks, and Result.config
     check_cost(cfg.cost, [role.deployment.gpu for role in run.roles.values()])

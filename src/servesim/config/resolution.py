@@ -56,7 +56,17 @@ def resolve(loaded: LoadedConfig) -> RunSpec:
                                                        role_cfg, role)
     _check_kv_dtypes_match(deployments)
     timing = config.engine.timing
-    if isinstance(timing, RooflineTiming) and timing.profile is None:
+    if isinstance(timing, RooflineTiming) and timing.profile_file is not None:
+        # Relative to the config's folder, as traces are; checked (and read) here, before the run,
+        # against every role's GPU (a profile is fitted for one GPU and backend).
+        profile_file = Path(timing.profile_file).expanduser()
+        timing.profile_file = str((profile_file if profile_file.is_absolute() else loaded.base_dir / profile_file)
+                                  .resolve())
+        from servesim.calibrate.profile_file import load_profile_file
+
+        for gpu_name in sorted({d.gpu.name for d in deployments.values()}):
+            load_profile_file(timing.profile_file, gpu_name, backend.timing_profile)
+    elif isinstance(timing, RooflineTiming) and timing.profile is None:
         # Record which fitted profile the run uses (config.resolved.yaml shows it), when every
         # role uses the same one; roles on different GPUs find each their own.
         from servesim.timing.roofline import fitted_profile

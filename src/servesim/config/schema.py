@@ -60,6 +60,8 @@ class RooflineTiming(StrictModel):
     kind: Literal["roofline"]
     # Which fitted profile to use, as "<gpu>/<backend>"; null = this deployment's own.
     profile: str | None = None
+    # Or a profile `servesim calibrate` wrote (calibrate/profile_file.py); not with `profile`.
+    profile_file: str | None = None
     gemm_efficiency: Annotated[float, Field(gt=0, le=1)] | None = None
     gemm_half_tokens: PositiveFloat | None = None
     memory_efficiency: Annotated[float, Field(gt=0, le=1)] | None = None
@@ -71,6 +73,20 @@ class RooflineTiming(StrictModel):
     per_request_ms: NonNegativeFloat | None = None
     expert_efficiency: Annotated[float, Field(gt=0, le=1)] | None = None
     eager_moe_layer_us: NonNegativeFloat | None = None
+
+    @model_validator(mode="after")
+    def _one_profile(self) -> RooflineTiming:
+        if self.profile is not None and self.profile_file is not None:
+            raise ValueError("give profile (a shipped fit) or profile_file (a calibrated one), not both")
+        return self
+
+    @model_serializer(mode="wrap")
+    def _without_unset_file(self, handler):
+        # Left out when unset, so configs without one dump (and hash) as they always have.
+        data = handler(self)
+        if isinstance(data, dict) and data.get("profile_file") is None:
+            data.pop("profile_file", None)
+        return data
 
 
 class AicTiming(StrictModel):

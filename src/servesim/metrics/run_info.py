@@ -13,6 +13,8 @@ def timing_profile(config, gpu: str) -> str | None:
     timing = config.engine.timing
     if timing.kind != "roofline":
         return None
+    if getattr(timing, "profile_file", None) is not None:
+        return f"profile_file {timing.profile_file}"
     if timing.profile is not None:
         return timing.profile if "/" in timing.profile else get_backend(config.engine.backend).profile_key(timing.profile)
     return "built-in defaults"   # resolve() records every fitted profile it finds in timing.profile

@@ -181,8 +181,10 @@ def _layouts(tps: list[int], gpus: int, backend: str, context: int, node: int | 
 
 
 def build(model: str, gpu: str, gpus: int, workload: str, slo: str, backend: str = DEFAULT_BACKEND,
-          max_requests: int | None = 2000, gpus_per_node: int = 8) -> tuple[dict, SweepSpace, list[str]]:
-    """The base config, the space, and notes on the choices made (shown to the user)."""
+          max_requests: int | None = 2000, gpus_per_node: int = 8,
+          profile_file: str | None = None) -> tuple[dict, SweepSpace, list[str]]:
+    """The base config, the space, and notes on the choices made (shown to the user); `profile_file`
+    is a profile `servesim calibrate` wrote, for the base's roofline timing."""
     from servesim.hardware import resolve_gpu
     from servesim.models import resolve_model
 
@@ -205,6 +207,10 @@ def build(model: str, gpu: str, gpus: int, workload: str, slo: str, backend: str
     base = {"model": spec.name, "gpu": gpu_spec.name,
             "engine": {"backend": backend, "timing": {"kind": "roofline"}, "workers": {"aggregated": {}}},
             "workload": work}
+    if profile_file is not None:
+        import os
+
+        base["engine"]["timing"]["profile_file"] = os.path.abspath(os.path.expanduser(profile_file))
     # The workload's own mistakes are reported as such, before any probe could call them a misfit.
     load_config(base)
     longest = _longest_request(work)

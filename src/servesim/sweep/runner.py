@@ -81,6 +81,9 @@ def load_base(path: Path) -> dict:
         synthetic = workload.get("synthetic")
         if isinstance(synthetic, dict) and isinstance(synthetic.get("lengths_from"), str):
             synthetic["lengths_from"] = os.path.normpath(folder / Path(synthetic["lengths_from"]).expanduser())
+    timing = (data.get("engine") or {}).get("timing") if isinstance(data.get("engine"), dict) else None
+    if isinstance(timing, dict) and isinstance(timing.get("profile_file"), str):   # servesim calibrate's
+        timing["profile_file"] = os.path.normpath(folder / Path(timing["profile_file"]).expanduser())
     model = data.get("model")
     if isinstance(model, str) and model.endswith(".json"):
         data["model"] = os.path.normpath(folder / Path(model).expanduser())

@@ -134,7 +134,11 @@ def build_timing_model(cfg: TimingConfig, deployment=None, backend: str = DEFAUL
         from servesim.timing.roofline import (RooflineTimingModel, fitted_profile, named_profile,
                                               profile_with_overrides)
 
-        if cfg.profile is not None:
+        if cfg.profile_file is not None:
+            from servesim.calibrate.profile_file import load_profile_file
+
+            profile = load_profile_file(cfg.profile_file, deployment.gpu.name, engine.timing_profile)
+        elif cfg.profile is not None:
             profile = named_profile(cfg.profile if "/" in cfg.profile else engine.profile_key(cfg.profile))
         else:
             profile, _ = fitted_profile(deployment.gpu.name, engine.timing_profile)
