@@ -158,3 +158,47 @@ def test_vllm_metadata_records_the_random_dataset(tmp_path):
     path.write_text(json.dumps(data))
     with pytest.raises(ServesimError, match="are out of range"):
         read_results(path)
+
+
+SERVE_CONFIG = """\
+model: llama-3.1-8b
+gpu: h100-sxm
+workload:
+  synthetic: {num_requests: 1, input_length: 16, output_length: 4}
+"""
+
+
+def _simulated_time(result: dict, speed: float) -> dict:
+    """A result measured against `servesim serve --speed S`, in the simulation's time (wall × S)."""
+    out = dict(result)
+    for key in ("ttfts", "start_times", "latencies"):
+        out[key] = [t * speed for t in result[key]]
+    out["itls"] = [[t * speed for t in gaps] for gaps in result["itls"]]
+    out["duration"] = result["duration"] * speed
+    for key, value in result.items():
+        if key.endswith("_ms") and isinstance(value, (int, float)):
+            out[key] = value * speed
+        elif key.endswith("throughput") and isinstance(value, (int, float)):
+            out[key] = value / speed
+    return out
+
+
+def test_vllm_bench_serve_own_file_against_servesim_serve(tmp_path):
+    # Written by vLLM 0.32.0's own benchmark code (make_vllm_bench_fixture.py) against `servesim serve`
+    # at --speed 0.05: 16 requests of 256 + 32 tokens, 4 at a time.
+    run = _one("vllm_bench_against_serve.json")
+    assert (run.tool, run.num_requests, run.completed, run.failed, run.max_concurrency) == ("vllm", 16, 16, 0, 4)
+    assert run.detailed and set(run.input_lens) == {256} and run.output_lens == [32] * 16
+    # In simulated time the client measured what the server simulated plus its HTTP path (longer TTFT).
+    # validate replays the file as a 4-user bench client started together, where the live client's
+    # sends were staggered by that path: on this file mean TTFT comes out 5.5% short, mean TPOT 2.6%,
+    # mean E2E 3.1% (median TPOT 0.1%).
+    raw = json.loads((DATA / "vllm_bench_against_serve.json").read_text())
+    (tmp_path / "r.json").write_text(json.dumps(_simulated_time(raw, 0.05)))
+    (tmp_path / "c.yaml").write_text(SERVE_CONFIG)
+    from servesim.validate.compare import compare_files
+
+    figures = compare_files([tmp_path / "r.json"], tmp_path / "c.yaml")[0].figures
+    assert -10 < figures["mean_ttft_ms"]["error_pct"] < 0
+    assert abs(figures["mean_tpot_ms"]["error_pct"]) < 5 and abs(figures["median_tpot_ms"]["error_pct"]) < 1
+    assert abs(figures["mean_e2e_ms"]["error_pct"]) < 5
