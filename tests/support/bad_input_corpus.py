@@ -522,6 +522,36 @@ SAYS.update({
 })
 
 
+# --------------------------------------------------------------------------- ShareGPT lengths (workload/sharegpt.py)
+
+
+def _sharegpt_case(name: str, content, **fields) -> Case:
+    config = synthetic(input_length=None, output_length=None, lengths_from="s.json", **fields)
+    return Case(f"sharegpt-{name}", "sharegpt", {"c.yaml": json.dumps(config), "s.json": content}, run_case())
+
+
+_SHAREGPT_OK = json.dumps([{"conversations": [{"from": "human", "value": "x" * 40},
+                                              {"from": "gpt", "value": "y" * 40}]}])
+CASES += [
+    _sharegpt_case("object", json.dumps({"conversations": []}), lengths_format="sharegpt"),
+    _sharegpt_case("truncated", "[{\"conversations\": [", lengths_format="sharegpt"),
+    _sharegpt_case("entry-string", json.dumps(["hello"])),
+    _sharegpt_case("value-number", json.dumps([{"conversations": [{"value": 3}, {"value": "y"}]}])),
+    _sharegpt_case("nothing-kept", json.dumps([{"conversations": [{"value": "hi"}, {"value": "ok"}]}])),
+    _sharegpt_case("tokenizer-missing", _SHAREGPT_OK, lengths_tokenizer="nope.json"),
+    _sharegpt_case("tokenizer-garbage", _SHAREGPT_OK, lengths_tokenizer="s.json"),
+    Case("sharegpt-tokenizer-alone", "sharegpt", {"c.yaml": json.dumps(synthetic(lengths_tokenizer="t.json"))},
+         run_case()),
+]
+SAYS.update({
+    "sharegpt-object": "not a ShareGPT file: it holds a JSON dict", "sharegpt-truncated": "is not a ShareGPT JSON file",
+    "sharegpt-entry-string": "entry 0 is not a JSON object", "sharegpt-value-number": "entry 0: message 0 needs",
+    "sharegpt-nothing-kept": "holds no conversation vLLM's ShareGPT filters keep",
+    "sharegpt-tokenizer-missing": "lengths_tokenizer: ", "sharegpt-tokenizer-garbage": "is not a tokenizer.json",
+    "sharegpt-tokenizer-alone": "lengths_tokenizer counts the text of a ShareGPT lengths_from file",
+})
+
+
 # --------------------------------------------------------------------------- the Python API
 
 

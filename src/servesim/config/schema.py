@@ -335,7 +335,8 @@ class SyntheticConfig(StrictModel):
     output_length: Length | None = None
     # Or draw (input, output) pairs with replacement from a trace's requests.
     lengths_from: str | None = None
-    lengths_format: Literal["mooncake", "azure", "vidur", "servesim-jsonl"] | None = None
+    lengths_format: Literal["mooncake", "azure", "vidur", "servesim-jsonl", "sharegpt"] | None = None
+    lengths_tokenizer: str | None = None   # a tokenizer.json counting ShareGPT text (workload/sharegpt.py)
     seed: NonNegativeInt | None = None
     # The same first prefix_length tokens in every prompt, before its input_length tokens
     # (vLLM's --random-prefix-len); the prefix cache can share them.
@@ -352,14 +353,18 @@ class SyntheticConfig(StrictModel):
             raise ValueError("give input_length and output_length, or lengths_from")
         if self.lengths_from is not None and any(given):
             raise ValueError("lengths_from replaces input_length and output_length; give one or the other")
+        if self.lengths_tokenizer is not None and self.lengths_from is None:
+            raise ValueError("lengths_tokenizer counts the text of a ShareGPT lengths_from file; give lengths_from")
         return self
 
     @model_serializer(mode="wrap")
     def _omit_absent_repetition(self, handler):
         # Written only when given: synthetic configs without it dump (and hash) as before.
         data = handler(self)
-        if self.prefix_repetition is None and isinstance(data, dict):
-            data.pop("prefix_repetition", None)
+        if isinstance(data, dict):
+            for key in ("prefix_repetition", "lengths_tokenizer"):
+                if getattr(self, key) is None:
+                    data.pop(key, None)
         return data
 
 

@@ -81,6 +81,8 @@ def load_base(path: Path) -> dict:
         synthetic = workload.get("synthetic")
         if isinstance(synthetic, dict) and isinstance(synthetic.get("lengths_from"), str):
             synthetic["lengths_from"] = os.path.normpath(folder / Path(synthetic["lengths_from"]).expanduser())
+        if isinstance(synthetic, dict) and isinstance(synthetic.get("lengths_tokenizer"), str):
+            synthetic["lengths_tokenizer"] = os.path.normpath(folder / Path(synthetic["lengths_tokenizer"]).expanduser())
     model = data.get("model")
     if isinstance(model, str) and model.endswith(".json"):
         data["model"] = os.path.normpath(folder / Path(model).expanduser())
