@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Annotated, Literal, Union
 
-from pydantic import Field
+from pydantic import Field, model_serializer, model_validator
 
 from servesim.schema_base import NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt, StrictModel
 
@@ -58,6 +58,32 @@ class SessionsConfig(StrictModel):
     # A session meets it when every turn is served and its last token reaches the user
     # within this many ms of its first turn's arrival.
     slo_ms: PositiveFloat | None = None
+    # A chat front-end's window (workload/context_cap.py): a turn whose prompt would exceed
+    # it is sent with the oldest turns dropped until it fits; the system prompt stays.
+    max_context_tokens: PositiveInt | None = None
+
+    @model_validator(mode="after")
+    def _cap_fits_a_question(self) -> SessionsConfig:
+        if self.max_context_tokens is None:
+            return self
+        largest = max(_largest(self.input_length), _largest(self.first_input_length or self.input_length))
+        if self.system_prompt_length + largest > self.max_context_tokens:
+            raise ValueError(f"max_context_tokens ({self.max_context_tokens}) must hold the system prompt and "
+                             f"the longest question ({self.system_prompt_length} + {largest} tokens): the "
+                             "front-end drops old turns, never the new question")
+        return self
+
+    @model_serializer(mode="wrap")
+    def _omit_absent_cap(self, handler):
+        # Written only when given: session configs without it dump (and hash) as before.
+        data = handler(self)
+        if self.max_context_tokens is None and isinstance(data, dict):
+            data.pop("max_context_tokens", None)
+        return data
+
+
+def _largest(length) -> int:
+    return length if isinstance(length, int) else length.max
 
 
 class PrefixRepetition(StrictModel):
