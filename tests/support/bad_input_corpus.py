@@ -504,6 +504,13 @@ CASES += [
          _trace_files(jsonl({"request_id": "a", "timestamp": 0, "input_length": 5, "output_length": 2},
                             {"request_id": "b", "wait_for": ["c"], "input_length": 9, "output_length": 2}),
                       fmt="agentic-mooncake"), run_case()),
+    Case("weka-unknown-field", "sessions", _trace_files(json.dumps(
+        {"id": "a", "models": [], "block_size": 16, "hash_id_scope": "local", "requests": [
+            {"t": 0, "type": "n", "model": "m", "in": 5, "out": 2, "cost": 1}]}), "t.json", "weka-trace"),
+         run_case()),
+    Case("weka-block-size", "sessions", _trace_files(json.dumps(
+        {"id": "a", "models": [], "block_size": 64, "hash_id_scope": "local", "requests": [
+            {"t": 0, "type": "n", "model": "m", "in": 5, "out": 2}]}), "t.json", "weka-trace"), run_case()),
     Case("agentic-unknown-field", "sessions",
          _trace_files(jsonl({"request_id": "a", "timestamp": 0, "input_length": 5, "output_length": 2,
                              "policy_class": "x"}), fmt="agentic-mooncake"), run_case()),
@@ -520,6 +527,8 @@ SAYS.update({
     "sessions-trace-text-input": "line 1: unknown field 'text_input'",
     "sessions-trace-later-timestamp": "line 2: the timestamp of this turn of session 'a' is earlier",
     "agentic-missing-parent": "line 2: wait_for names 'c'",
+    "weka-unknown-field": "requests[0]: unknown field 'cost' for a request", "weka-block-size":
+    "set workload.trace_block_size to 64",
     "prefix-repetition-few-requests": "must be at least prefix_repetition.num_prefixes", "agentic-unknown-field": "line 1: unknown field",
 })
 

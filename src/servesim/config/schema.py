@@ -435,7 +435,7 @@ class WorkloadConfig(StrictModel):
     synthetic: SyntheticConfig | None = None
     sessions: SessionsConfig | None = None   # config/sessions.py
     format: Literal["mooncake", "azure", "vidur", "servesim-jsonl", "mooncake-sessions",
-                    "agentic-mooncake"] | None = None
+                    "agentic-mooncake", "weka-trace"] | None = None
     trace_block_size: PositiveInt = 512
     max_requests: PositiveInt | None = None
     # Requests 0 .. warmup_requests-1 run but are left out of the summary's metrics.
