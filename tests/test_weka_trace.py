@@ -99,3 +99,12 @@ def test_any_mangled_field_is_read_or_refused_in_one_sentence(data, tmp_path_fac
         read_weka_trace(path, None)
     except ServesimError as err:
         assert "\n" not in str(err)
+
+
+def test_time_scale_scales_the_delays_after_a_predecessor():
+    config = _config(SAMPLE)
+    config["workload"]["client"] = {"mode": "open_loop", "time_scale": 0.5}
+    by_id = {r.request_id: r for r in servesim.simulate(config).requests}
+    # Half the recorded gaps: 0.5, 1, 0.75 and 0.5 s after what each waits on.
+    for rid, parents, delay in ((1, (0,), NS // 2), (2, (1,), NS), (3, (0,), NS * 3 // 4), (4, (3, 2), NS // 2)):
+        assert by_id[rid].arrival_ns == max(by_id[p].finish_ns for p in parents) + delay

@@ -447,7 +447,7 @@ class WorkloadConfig(StrictModel):
         if sum(source is not None for source in (self.trace, self.synthetic, self.sessions)) != 1:
             raise ValueError("give exactly one of workload.trace, workload.synthetic and workload.sessions")
         if self.sessions is not None:
-            check_sessions_client(self.sessions, self.client, self.max_requests)
+            check_sessions_client(self.sessions, self.client, self.max_requests, self.warmup_requests)
         return self
 
     @model_serializer(mode="wrap")

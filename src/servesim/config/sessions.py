@@ -111,11 +111,18 @@ def check_prefix_repetition(synthetic) -> None:
                          f"num_prefixes ({repetition.num_prefixes}), as vLLM requires")
 
 
-def check_sessions_client(sessions: SessionsConfig, client, max_requests: int | None = None) -> None:
+def check_sessions_client(sessions: SessionsConfig, client, max_requests: int | None = None,
+                          warmup_requests: int = 0) -> None:
     """The clients sessions arrive by; a ValueError (schema.py reports it) for the others."""
     if max_requests is not None:
         raise ValueError("workload.max_requests limits a trace or synthetic workload; a sessions workload "
                          "sends workload.sessions.num_sessions sessions")
+    if warmup_requests:
+        # Request ids number turns as they are made: an open loop makes every first turn
+        # before any later one, so the first N ids would be the cold turns, not a warm-up.
+        raise ValueError("workload.warmup_requests leaves out the first N request ids, which a sessions "
+                         "workload gives its turns in the order they are made (every open-loop first turn "
+                         "first), so it is refused with workload.sessions; leave it 0")
     mode = client.mode
     if mode == "closed_loop":
         raise ValueError("workload.client closed_loop counts requests, not sessions; for a fixed number of "
