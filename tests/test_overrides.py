@@ -73,6 +73,24 @@ def test_set_workload_trace_infers_its_format_and_drops_synthetic(tmp_path):
     assert loaded.config.workload.format is None and loaded.config.workload.synthetic is None
 
 
+SESSIONS = {"num_sessions": 2, "turns": 2, "input_length": 8, "output_length": 2}
+
+
+def test_a_new_source_drops_the_files_sessions_and_vice_versa(tmp_path):
+    path = _traces(tmp_path)["vidur"]
+    loaded = load_config({"workload": {"sessions": SESSIONS}}, [("workload.trace", str(path))])
+    assert loaded.config.workload.sessions is None and loaded.config.workload.trace == str(path)
+    loaded = load_config({"workload": {"sessions": SESSIONS}}, [
+        ("workload.synthetic", {"num_requests": 2, "input_length": 8, "output_length": 2})])
+    assert loaded.config.workload.sessions is None and loaded.config.workload.synthetic.num_requests == 2
+    loaded = load_config({"workload": {"trace": str(path), "format": "vidur"}}, [("workload.sessions", SESSIONS)])
+    workload = loaded.config.workload
+    assert (workload.trace, workload.format, workload.sessions.num_sessions) == (None, None, 2)
+    # Editing the file's own sessions keeps them.
+    loaded = load_config({"workload": {"sessions": SESSIONS}}, [("workload.sessions.num_sessions", 5)])
+    assert loaded.config.workload.sessions.num_sessions == 5
+
+
 @pytest.mark.skipif(not SHARED.is_dir(), reason="needs shared/traces")
 def test_cli_trace_on_the_default_for_every_shared_format(tmp_path):
     samples = {"mooncake": SHARED / "mooncake" / "conversation_trace.jsonl",

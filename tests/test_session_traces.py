@@ -154,3 +154,20 @@ def test_fast_matches_reference_on_session_traces(tmp_path, scenario, backend, d
               "workload": {"trace": str(trace), "format": "mooncake-sessions", "client": client,
                            "trace_block_size": trace_block_size}}
     assert_same(config)
+
+
+def test_time_scale_scales_first_turns_and_delays(tmp_path):
+    config = _config(write_trace(tmp_path / "t.jsonl", ROWS), client={"mode": "open_loop", "time_scale": 0.5})
+    arrivals = [r.arrival_ns / 1e6 for r in servesim.simulate(config).requests]
+    # b's first turn at 5 x 0.5 = 2.5 ms; a's second turn 500 x 0.5 = 250 ms after its first
+    # reached the user at 40 (b, 2 tokens at 2.5, joins the pass at 10 as before).
+    assert arrivals == [0.0, 2.5, 290.0]
+
+
+def test_warmup_requests_are_refused_with_generated_sessions_only(tmp_path):
+    sessions = {"num_sessions": 2, "turns": 2, "input_length": 8, "output_length": 2}
+    with pytest.raises(ServesimError, match="warmup_requests leaves out the first N request ids"):
+        servesim.simulate({"workload": {"sessions": sessions, "warmup_requests": 1}})
+    config = _config(write_trace(tmp_path / "t.jsonl", ROWS))
+    config["workload"]["warmup_requests"] = 1
+    assert servesim.simulate(config).summary["completed"] == 2   # lines 2 and 3 measured

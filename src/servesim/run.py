@@ -55,6 +55,10 @@ def _load_requests(run: RunSpec) -> tuple[Iterable[TraceRequest], dict[str, Any]
     if run.trace_path is not None:
         # One past the limit, so a longer trace is refused without being read whole.
         requests, fmt = load_trace(run.trace_path, workload.format, workload.max_requests or limits.MAX_REQUESTS + 1)
+        if fmt == "weka-trace":
+            from servesim.workload.weka_trace import check_block_size
+
+            check_block_size(run.trace_path, workload.trace_block_size)
         info = {"trace": str(run.trace_path), "trace_format": fmt, "trace_sha256": file_sha256(run.trace_path)}
         return requests, info
     synthetic = workload.synthetic
@@ -115,7 +119,7 @@ def simulate(
     limits.check_requests(requests, cfg, run.source)
     if isinstance(requests, list) and trace_info["trace_format"] == "mooncake-sessions":
         client = TraceSessionClient(requests, cfg.workload.client, run.seed)
-    elif isinstance(requests, list) and trace_info["trace_format"] == "agentic-mooncake":
+    elif isinstance(requests, list) and trace_info["trace_format"] in ("agentic-mooncake", "weka-trace"):
         client = AgenticClient(requests, cfg.workload.client, run.seed)
     elif cfg.workload.sessions is not None:
         client = session_client(cfg.workload.sessions, cfg.workload.client, run.seed,

@@ -489,6 +489,8 @@ CASES += [
     _sessions_case("context-1e9", sessions(turns=1000, input_length=10**6)),
     _sessions_case("turns-range-reversed", sessions(turns={"min": 5, "max": 2})),
     _sessions_case("unknown-key", sessions(turn=3)),
+    _sessions_case("context-cap-below-question", sessions(max_context_tokens=10)),
+    _sessions_case("warmup", sessions() | {"workload": dict(sessions()["workload"], warmup_requests=2)}),
     Case("sessions-trace-text-input", "sessions",
          _trace_files(jsonl({"session_id": "a", "timestamp": 0, "text_input": "hi", "output_length": 2}),
                       fmt="mooncake-sessions"), run_case()),
@@ -503,6 +505,13 @@ CASES += [
          _trace_files(jsonl({"request_id": "a", "timestamp": 0, "input_length": 5, "output_length": 2},
                             {"request_id": "b", "wait_for": ["c"], "input_length": 9, "output_length": 2}),
                       fmt="agentic-mooncake"), run_case()),
+    Case("weka-unknown-field", "sessions", _trace_files(json.dumps(
+        {"id": "a", "models": [], "block_size": 16, "hash_id_scope": "local", "requests": [
+            {"t": 0, "type": "n", "model": "m", "in": 5, "out": 2, "cost": 1}]}), "t.json", "weka-trace"),
+         run_case()),
+    Case("weka-block-size", "sessions", _trace_files(json.dumps(
+        {"id": "a", "models": [], "block_size": 64, "hash_id_scope": "local", "requests": [
+            {"t": 0, "type": "n", "model": "m", "in": 5, "out": 2}]}), "t.json", "weka-trace"), run_case()),
     Case("agentic-unknown-field", "sessions",
          _trace_files(jsonl({"request_id": "a", "timestamp": 0, "input_length": 5, "output_length": 2,
                              "policy_class": "x"}), fmt="agentic-mooncake"), run_case()),
@@ -515,10 +524,44 @@ SAYS.update({
     "sessions-think-draw-huge": "think_time drew", "sessions-turns-1e12": "10,000,000 per run",
     "sessions-context-1e9": "a session's last prompt", "sessions-turns-range-reversed": "min (5) is larger",
     "sessions-unknown-key": "did you mean turns",
+    "sessions-warmup": "so it is refused with workload.sessions",
+    "sessions-context-cap-below-question": "max_context_tokens (10) must hold the system prompt and the longest",
     "sessions-trace-text-input": "line 1: unknown field 'text_input'",
     "sessions-trace-later-timestamp": "line 2: the timestamp of this turn of session 'a' is earlier",
     "agentic-missing-parent": "line 2: wait_for names 'c'",
+    "weka-unknown-field": "requests[0]: unknown field 'cost' for a request", "weka-block-size":
+    "set workload.trace_block_size to 64",
     "prefix-repetition-few-requests": "must be at least prefix_repetition.num_prefixes", "agentic-unknown-field": "line 1: unknown field",
+})
+
+
+# --------------------------------------------------------------------------- ShareGPT lengths (workload/sharegpt.py)
+
+
+def _sharegpt_case(name: str, content, **fields) -> Case:
+    config = synthetic(input_length=None, output_length=None, lengths_from="s.json", **fields)
+    return Case(f"sharegpt-{name}", "sharegpt", {"c.yaml": json.dumps(config), "s.json": content}, run_case())
+
+
+_SHAREGPT_OK = json.dumps([{"conversations": [{"from": "human", "value": "x" * 40},
+                                              {"from": "gpt", "value": "y" * 40}]}])
+CASES += [
+    _sharegpt_case("object", json.dumps({"conversations": []}), lengths_format="sharegpt"),
+    _sharegpt_case("truncated", "[{\"conversations\": [", lengths_format="sharegpt"),
+    _sharegpt_case("entry-string", json.dumps(["hello"])),
+    _sharegpt_case("value-number", json.dumps([{"conversations": [{"value": 3}, {"value": "y"}]}])),
+    _sharegpt_case("nothing-kept", json.dumps([{"conversations": [{"value": "hi"}, {"value": "ok"}]}])),
+    _sharegpt_case("tokenizer-missing", _SHAREGPT_OK, lengths_tokenizer="nope.json"),
+    _sharegpt_case("tokenizer-garbage", _SHAREGPT_OK, lengths_tokenizer="s.json"),
+    Case("sharegpt-tokenizer-alone", "sharegpt", {"c.yaml": json.dumps(synthetic(lengths_tokenizer="t.json"))},
+         run_case()),
+]
+SAYS.update({
+    "sharegpt-object": "not a ShareGPT file: it holds a JSON dict", "sharegpt-truncated": "is not a ShareGPT JSON file",
+    "sharegpt-entry-string": "entry 0 is not a JSON object", "sharegpt-value-number": "entry 0: message 0 needs",
+    "sharegpt-nothing-kept": "holds no conversation vLLM's ShareGPT filters keep",
+    "sharegpt-tokenizer-missing": "lengths_tokenizer: ", "sharegpt-tokenizer-garbage": "is not a tokenizer.json",
+    "sharegpt-tokenizer-alone": "lengths_tokenizer counts the text of a ShareGPT lengths_from file",
 })
 
 

@@ -9,7 +9,8 @@ change also touch the fields around it, which would otherwise be left over from 
   counterparts (servesim/config/backend_switch.py), or refuses naming those without one;
 - a new trace (`workload.trace`, or `--trace`) has its format inferred from the file
   unless an override also sets `workload.format` (likewise `lengths_from` and
-  `lengths_format`); a new trace drops the file's `synthetic` and vice versa.
+  `lengths_format`); a new source (`trace`, `synthetic` or `sessions`) drops the file's
+  other two.
 
 Fields the overrides themselves set are never dropped. `OverrideLog.blame` names the
 override behind a validation error, so the error names the `--set` and not the file.
@@ -131,17 +132,21 @@ def _drop_foreign_fields(data: dict, path: str, fields: set[str], log: OverrideL
 
 
 def _switch_source(data: dict, log: OverrideLog) -> None:
-    """A trace given by an override replaces the file's synthetic workload, and vice versa."""
+    """A workload source (trace, synthetic, sessions) given by an override replaces the file's other ones."""
     workload = data.get("workload")
     if not isinstance(workload, dict) or log.covers("workload"):
         return
-    if workload.get("trace") is not None and log.covers("workload.trace") and not log.covers("workload.synthetic"):
-        workload.pop("synthetic", None)
-    synthetic_set = any(key.startswith("workload.synthetic") for key, _ in log.keys)
-    if workload.get("synthetic") is not None and synthetic_set and not log.covers("workload.trace"):
-        workload.pop("trace", None)
-        if not log.covers("workload.format"):
-            workload.pop("format", None)
+    given = {"trace": workload.get("trace") is not None and log.covers("workload.trace")}
+    for source in ("synthetic", "sessions"):
+        given[source] = (workload.get(source) is not None
+                         and any(key.startswith(f"workload.{source}") for key, _ in log.keys))
+    if not any(given.values()):
+        return
+    for source, set_here in given.items():
+        if not set_here and not log.covers(f"workload.{source}"):
+            workload.pop(source, None)
+    if not given["trace"] and not log.covers("workload.format"):
+        workload.pop("format", None)
 
 
 def _infer_formats(data: dict, log: OverrideLog) -> None:

@@ -87,6 +87,9 @@ def resolve(loaded: LoadedConfig) -> RunSpec:
             lengths_path = loaded.base_dir / lengths_path
         lengths_path = lengths_path.resolve()
         synthetic.lengths_from = str(lengths_path)
+        if synthetic.lengths_tokenizer is not None:
+            tokenizer = Path(synthetic.lengths_tokenizer).expanduser()
+            synthetic.lengths_tokenizer = str((loaded.base_dir / tokenizer).resolve())
     return lower(config, model, gpu, backend, deployments, trace_path, loaded.source, lengths_path)
 
 

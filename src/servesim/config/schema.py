@@ -351,7 +351,8 @@ class SyntheticConfig(StrictModel):
     output_length: Length | None = None
     # Or draw (input, output) pairs with replacement from a trace's requests.
     lengths_from: str | None = None
-    lengths_format: Literal["mooncake", "azure", "vidur", "servesim-jsonl"] | None = None
+    lengths_format: Literal["mooncake", "azure", "vidur", "servesim-jsonl", "sharegpt"] | None = None
+    lengths_tokenizer: str | None = None   # a tokenizer.json counting ShareGPT text (workload/sharegpt.py)
     seed: NonNegativeInt | None = None
     # The same first prefix_length tokens in every prompt, before its input_length tokens
     # (vLLM's --random-prefix-len); the prefix cache can share them.
@@ -368,14 +369,18 @@ class SyntheticConfig(StrictModel):
             raise ValueError("give input_length and output_length, or lengths_from")
         if self.lengths_from is not None and any(given):
             raise ValueError("lengths_from replaces input_length and output_length; give one or the other")
+        if self.lengths_tokenizer is not None and self.lengths_from is None:
+            raise ValueError("lengths_tokenizer counts the text of a ShareGPT lengths_from file; give lengths_from")
         return self
 
     @model_serializer(mode="wrap")
     def _omit_absent_repetition(self, handler):
         # Written only when given: synthetic configs without it dump (and hash) as before.
         data = handler(self)
-        if self.prefix_repetition is None and isinstance(data, dict):
-            data.pop("prefix_repetition", None)
+        if isinstance(data, dict):
+            for key in ("prefix_repetition", "lengths_tokenizer"):
+                if getattr(self, key) is None:
+                    data.pop(key, None)
         return data
 
 
@@ -446,7 +451,7 @@ class WorkloadConfig(StrictModel):
     synthetic: SyntheticConfig | None = None
     sessions: SessionsConfig | None = None   # config/sessions.py
     format: Literal["mooncake", "azure", "vidur", "servesim-jsonl", "mooncake-sessions",
-                    "agentic-mooncake"] | None = None
+                    "agentic-mooncake", "weka-trace"] | None = None
     trace_block_size: PositiveInt = 512
     max_requests: PositiveInt | None = None
     # Requests 0 .. warmup_requests-1 run but are left out of the summary's metrics.
@@ -458,7 +463,7 @@ class WorkloadConfig(StrictModel):
         if sum(source is not None for source in (self.trace, self.synthetic, self.sessions)) != 1:
             raise ValueError("give exactly one of workload.trace, workload.synthetic and workload.sessions")
         if self.sessions is not None:
-            check_sessions_client(self.sessions, self.client, self.max_requests)
+            check_sessions_client(self.sessions, self.client, self.max_requests, self.warmup_requests)
         return self
 
     @model_serializer(mode="wrap")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Annotated, Literal, Union
 
-from pydantic import Field
+from pydantic import Field, model_serializer, model_validator
 
 from servesim.schema_base import NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt, StrictModel
 
@@ -58,6 +58,32 @@ class SessionsConfig(StrictModel):
     # A session meets it when every turn is served and its last token reaches the user
     # within this many ms of its first turn's arrival.
     slo_ms: PositiveFloat | None = None
+    # A chat front-end's window (workload/context_cap.py): a turn whose prompt would exceed
+    # it is sent with the oldest turns dropped until it fits; the system prompt stays.
+    max_context_tokens: PositiveInt | None = None
+
+    @model_validator(mode="after")
+    def _cap_fits_a_question(self) -> SessionsConfig:
+        if self.max_context_tokens is None:
+            return self
+        largest = max(_largest(self.input_length), _largest(self.first_input_length or self.input_length))
+        if self.system_prompt_length + largest > self.max_context_tokens:
+            raise ValueError(f"max_context_tokens ({self.max_context_tokens}) must hold the system prompt and "
+                             f"the longest question ({self.system_prompt_length} + {largest} tokens): the "
+                             "front-end drops old turns, never the new question")
+        return self
+
+    @model_serializer(mode="wrap")
+    def _omit_absent_cap(self, handler):
+        # Written only when given: session configs without it dump (and hash) as before.
+        data = handler(self)
+        if self.max_context_tokens is None and isinstance(data, dict):
+            data.pop("max_context_tokens", None)
+        return data
+
+
+def _largest(length) -> int:
+    return length if isinstance(length, int) else length.max
 
 
 class PrefixRepetition(StrictModel):
@@ -85,11 +111,18 @@ def check_prefix_repetition(synthetic) -> None:
                          f"num_prefixes ({repetition.num_prefixes}), as vLLM requires")
 
 
-def check_sessions_client(sessions: SessionsConfig, client, max_requests: int | None = None) -> None:
+def check_sessions_client(sessions: SessionsConfig, client, max_requests: int | None = None,
+                          warmup_requests: int = 0) -> None:
     """The clients sessions arrive by; a ValueError (schema.py reports it) for the others."""
     if max_requests is not None:
         raise ValueError("workload.max_requests limits a trace or synthetic workload; a sessions workload "
                          "sends workload.sessions.num_sessions sessions")
+    if warmup_requests:
+        # Request ids number turns as they are made: an open loop makes every first turn
+        # before any later one, so the first N ids would be the cold turns, not a warm-up.
+        raise ValueError("workload.warmup_requests leaves out the first N request ids, which a sessions "
+                         "workload gives its turns in the order they are made (every open-loop first turn "
+                         "first), so it is refused with workload.sessions; leave it 0")
     mode = client.mode
     if mode == "closed_loop":
         raise ValueError("workload.client closed_loop counts requests, not sessions; for a fixed number of "

@@ -29,6 +29,7 @@ class SessionTable:
         ids = column("request_id")
         self.session_of = log.session_of   # by request id
         self.slo_ms = slo_ms
+        self.truncated = getattr(log, "truncated", None)   # set with max_context_tokens
         self.planned = np.asarray(log.planned_turns[:log.started], dtype=np.int64)
         count = len(self.planned)
         session = np.asarray(log.session_of, dtype=np.int64)[ids]
@@ -110,6 +111,7 @@ class SessionTable:
                 "slo_ms": self.slo_ms,
                 "sessions_meeting_slo": int(self._meets().sum()),
                 "session_slo_attainment": float(self._meets().mean()) if len(self) else None}),
+            **({} if self.truncated is None else {"truncated_turns": self.truncated}),
         }
 
 
@@ -140,6 +142,8 @@ def session_rows(summary: dict) -> list[tuple[str, str] | str]:
     if "sessions_meeting_slo" in block:
         rows.append((f"Sessions within {block['slo_ms']:g} ms",
                      f"{block['sessions_meeting_slo']:,} ({100 * (block['session_slo_attainment'] or 0):.1f}%)"))
+    if "truncated_turns" in block:
+        rows.append(("Turns cut to the context window", f"{block['truncated_turns']:,}"))
     if len(ttft) > 1:
         rows.append((f"Mean TTFT, turn {len(ttft)} (ms)", num(ttft[-1])))
         rows.append((f"Prefix cache hit rate, turn {len(hits)} (%)",

@@ -21,6 +21,7 @@ from typing import Any
 
 from servesim.errors import ServesimError
 from servesim.serve.settings import ServeConfig
+from servesim.tokenizer_file import load_tokenizer
 
 # Without a tokenizer each output token is this text, and /tokenize's ids are chunk hashes
 # folded into a vocabulary of this size.
@@ -93,20 +94,3 @@ class PromptCounter:
                 return text
         raise ServesimError("serve.tokenizer: no output token text found that the tokenizer encodes "
                             "one token per repetition (tried " + ", ".join(map(repr, _OUTPUT_CANDIDATES)) + ")")
-
-
-def load_tokenizer(path: Path):
-    """A `tokenizers.Tokenizer` from a tokenizer.json, or from a folder holding one."""
-    try:
-        from tokenizers import Tokenizer
-    except ImportError:
-        raise ServesimError("serve.tokenizer needs the tokenizers library: pip install 'servesim[serve]'") from None
-
-    file = path / "tokenizer.json" if path.is_dir() else path
-    if not file.is_file():
-        raise ServesimError(f"serve.tokenizer: {file} does not exist")
-    try:
-        return Tokenizer.from_file(str(file))
-    except Exception as err:   # the library raises a bare Exception for an unreadable file
-        raise ServesimError(f"serve.tokenizer: {file} is not a tokenizer.json the tokenizers "
-                            f"library can read ({str(err).splitlines()[0]})") from None

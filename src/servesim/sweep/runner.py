@@ -81,6 +81,9 @@ def load_base(path: Path) -> dict:
         synthetic = workload.get("synthetic")
         if isinstance(synthetic, dict) and isinstance(synthetic.get("lengths_from"), str):
             synthetic["lengths_from"] = os.path.normpath(folder / Path(synthetic["lengths_from"]).expanduser())
+        if isinstance(synthetic, dict) and isinstance(synthetic.get("lengths_tokenizer"), str):
+            synthetic["lengths_tokenizer"] = os.path.normpath(
+                folder / Path(synthetic["lengths_tokenizer"]).expanduser())
     timing = (data.get("engine") or {}).get("timing") if isinstance(data.get("engine"), dict) else None
     if isinstance(timing, dict) and isinstance(timing.get("profile_file"), str):   # servesim calibrate's
         timing["profile_file"] = os.path.normpath(folder / Path(timing["profile_file"]).expanduser())

@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from servesim.workload.clients import Client
-from servesim.workload.session_trace import _hash_ids, _ms, _row, _text
+from servesim.workload.session_trace import _hash_ids, _ms, _row, _text, delay_scale, scaled
 from servesim.workload.sessions import first_turn_client
 from servesim.workload.trace import ENCODING, TraceError, TraceRequest, _json_int
 
@@ -93,6 +93,7 @@ class AgenticClient(Client):
         self._children: dict[int, list[int]] = {}
         self._waiting = {r.request_id: len(r.parents) for r in requests if r.parents}
         self._ready_at: dict[int, int] = {}
+        self._scale = delay_scale(client_cfg)
         for request in requests:
             for parent in request.parents or ():
                 self._children.setdefault(parent, []).append(request.request_id)
@@ -118,5 +119,5 @@ class AgenticClient(Client):
             self._waiting[child] -= 1
             if not self._waiting[child]:
                 request = self._requests[child]
-                sent.append((self._ready_at.pop(child) + request.delay_ns, request))
+                sent.append((self._ready_at.pop(child) + scaled(request.delay_ns, self._scale), request))
         return sent

@@ -141,6 +141,17 @@ def _log(requests: list[TraceRequest]) -> SessionLog:
     return log
 
 
+def delay_scale(client_cfg) -> float:
+    """What a trace's delays after a predecessor are multiplied by: an open loop's `time_scale`,
+    as aiperf's fixed-schedule replay scales them by 1 / its speed-up
+    (src/aiperf/timing/strategies/fixed_schedule.py `_dispatch_by_timing`); 1 for other clients."""
+    return getattr(client_cfg, "time_scale", 1.0) if client_cfg.mode == "open_loop" else 1.0
+
+
+def scaled(delay_ns: int, scale: float) -> int:
+    return delay_ns if scale == 1.0 else round(delay_ns * scale)
+
+
 class TraceSessionClient(Client):
     """A session trace's first turns by the client; each later turn its delay after the one before."""
 
@@ -156,6 +167,7 @@ class TraceSessionClient(Client):
             if request.session_id is not None:
                 last[request.session_id] = request.request_id
         self.session_log = _log(requests)
+        self._scale = delay_scale(client_cfg)
         self._inner = first_turn_client(client_cfg, firsts, root_seed, len(firsts))
         admit = getattr(self._inner, "admit", None)
         if admit is not None:   # the simulation looks the hook up: set only when there is one
@@ -172,4 +184,4 @@ class TraceSessionClient(Client):
         nxt = self._next.pop(request_id, None)
         if nxt is None or rejected:
             return []
-        return [(time_ns + nxt.delay_ns, nxt)]
+        return [(time_ns + scaled(nxt.delay_ns, self._scale), nxt)]

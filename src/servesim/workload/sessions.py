@@ -52,6 +52,8 @@ class _Live:
     inputs: list[int]         # new user tokens of every turn
     outputs: list[int]        # tokens asked of every turn
     thinks_ns: list[int]      # think time before turns 1, 2, ...
+    head: int                 # the first hash id of its stream's own blocks (workload/context_cap.py)
+    kept: list[int] | None = None   # with max_context_tokens: the turns in the context, oldest first
 
 
 class SessionLog:
@@ -62,6 +64,7 @@ class SessionLog:
         self.session_of: list[int] = []
         self.turn_of: list[int] = []
         self.started = 0          # sessions started
+        self.truncated: int | None = None   # turns whose context was cut (with max_context_tokens)
 
 
 def _draw(length: int | LengthRange, count: int, rng: np.random.Generator | None) -> list[int]:
@@ -86,6 +89,12 @@ class SessionSource:
         self._rng = None if _is_fixed(cfg) else rng_for(seed, "sessions")
         self._block = content_block_size
         self._live: dict[int, _Live] = {}
+        self._cap = None
+        if cfg.max_context_tokens is not None:
+            from servesim.workload.context_cap import ContextCap
+
+            self._cap = ContextCap(cfg.max_context_tokens, cfg.system_prompt_length, cfg.num_sessions)
+            self.log.truncated = 0
 
     @property
     def total_turns(self) -> int:
@@ -106,7 +115,8 @@ class SessionSource:
         first = [cfg.system_prompt_length + n for n in _draw(cfg.first_input_length or cfg.input_length, 1, rng)]
         inputs = first + _draw(cfg.input_length, turns - 1, rng)
         outputs = _draw(cfg.output_length, turns, rng)
-        live = _Live(session, 0, inputs[0], inputs, outputs, self._think_times(turns - 1))
+        head = session + 1 if cfg.system_prompt_length else session
+        live = _Live(session, 0, inputs[0], inputs, outputs, self._think_times(turns - 1), head)
         return self._turn(live)
 
     def _think_times(self, count: int) -> list[int]:
@@ -133,9 +143,9 @@ class SessionSource:
         content = live.prompt + output
         blocks = -(-content // self._block)
         if self.cfg.system_prompt_length:   # block 0 is the shared system prompt (hash id 0)
-            hash_ids = (0, live.session + 1, *range(2, blocks))
+            hash_ids = (0, live.head, *range(2, blocks))
         else:
-            hash_ids = (live.session, *range(1, blocks))
+            hash_ids = (live.head, *range(1, blocks))
         return TraceRequest(request_id=request_id, arrival_ns=None, input_length=live.prompt,
                             output_length=output, hash_ids=hash_ids,
                             session_id=str(live.session), content_length=content)
@@ -148,7 +158,10 @@ class SessionSource:
             return None
         think = live.thinks_ns[live.turn]
         live.turn += 1
-        live.prompt = live.prompt + outputs + live.inputs[live.turn]
+        if self._cap is None:
+            live.prompt = live.prompt + outputs + live.inputs[live.turn]
+        elif self._cap.next_prompt(live, outputs):
+            self.log.truncated += 1
         return now + think, self._turn(live)
 
 

@@ -2,7 +2,8 @@
 
 Requests are drawn in blocks of `BLOCK` so a million-request workload never
 sits in memory: for each block, input lengths are drawn before output lengths
-(or, with `lengths_from`, one index per request into the source trace), all
+(or, with `lengths_from`, one index per request into the source trace or ShareGPT
+file's kept conversations, workload/sharegpt.py), all
 from one stream seeded by the workload seed.
 
 A `prefix_length` P puts the same P tokens before every prompt's own `input_length`
@@ -57,6 +58,18 @@ def _draw(length: int | LengthRange, count: int, rng: np.random.Generator | None
     return rng.integers(length.min, length.max, size=count, endpoint=True, dtype=np.int64)
 
 
+def _source_lengths(cfg: SyntheticConfig, path: Path) -> tuple[np.ndarray, np.ndarray]:
+    """The (input, output) pairs lengths_from draws from: a ShareGPT file's or a trace's."""
+    from servesim.workload.sharegpt import is_sharegpt, sharegpt_lengths
+
+    if is_sharegpt(path, cfg.lengths_format):
+        tokenizer = None if cfg.lengths_tokenizer is None else Path(cfg.lengths_tokenizer)
+        return sharegpt_lengths(path, tokenizer)
+    source, _ = load_trace(path, cfg.lengths_format)
+    return (np.array([r.input_length for r in source], dtype=np.int64),
+            np.array([r.output_length for r in source], dtype=np.int64))
+
+
 def generate(cfg: SyntheticConfig, root_seed: int, lengths_path: Path | None = None) -> Iterator[TraceRequest]:
     if cfg.prefix_repetition is not None:
         from servesim.workload.prefix_repetition import generate_repetition
@@ -68,9 +81,7 @@ def generate(cfg: SyntheticConfig, root_seed: int, lengths_path: Path | None = N
     rng = None if fixed else rng_for(root_seed if cfg.seed is None else cfg.seed, "synthetic")
     source_in = source_out = None
     if lengths_path is not None:
-        source, _ = load_trace(lengths_path, cfg.lengths_format)
-        source_in = np.array([r.input_length for r in source], dtype=np.int64)
-        source_out = np.array([r.output_length for r in source], dtype=np.int64)
+        source_in, source_out = _source_lengths(cfg, lengths_path)
     done = 0
     while done < cfg.num_requests:
         count = min(BLOCK, cfg.num_requests - done)

@@ -4,7 +4,8 @@ Formats (see docs/config.md):
 - `mooncake`: JSONL `{"timestamp": ms, "input_length", "output_length", "hash_ids"}`
   (Mooncake FAST'25 release); `servesim-jsonl` adds optional `request_id`, `session_id`;
   `mooncake-sessions` is aiperf's and Dynamo's multi-turn form (workload/session_trace.py),
-  `agentic-mooncake` AISimulate's and Dynamo's requests with dependencies (workload/agentic_trace.py).
+  `agentic-mooncake` AISimulate's and Dynamo's requests with dependencies (workload/agentic_trace.py),
+  `weka-trace` the agentic coding traces aiperf replays for InferenceX (workload/weka_trace.py).
 - `azure`: CSV `TIMESTAMP,ContextTokens,GeneratedTokens` (Azure LLM inference 2023),
   absolute timestamps taken relative to the first row.
 - `vidur`: CSV with `num_prefill_tokens,num_decode_tokens` and optionally `arrived_at`
@@ -282,6 +283,10 @@ def load_trace(path: Path, fmt: str | None = None, limit: int | None = None) -> 
             from servesim.workload.agentic_trace import read_agentic_trace
 
             requests = read_agentic_trace(path, limit)
+        elif fmt == "weka-trace":
+            from servesim.workload.weka_trace import read_weka_trace
+
+            requests = read_weka_trace(path, limit)
         else:
             requests = _read_csv(path, fmt, limit)
     if not requests:
