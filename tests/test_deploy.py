@@ -213,7 +213,7 @@ def test_benchmark_inverts_the_random_dataset():
 
 @pytest.mark.parametrize("lengths,why", [
     ({"input_length": {"min": 900, "max": 1100}, "output_length": {"min": 100, "max": 300}}, "range-ratio"),
-    ({"lengths_from": "x.csv", "lengths_format": "azure"}, "resamples a file"),
+    ({"lengths_from": "x.csv", "lengths_format": "azure"}, "resamples an azure file's lengths"),
 ])
 def test_benchmark_refuses_what_the_random_dataset_cannot_send(lengths, why):
     config = load_config({"workload": {"synthetic": {"num_requests": 10, **lengths},
@@ -483,3 +483,12 @@ def test_a_mooncake_trace_is_measured_with_aiperf(tmp_path):
     # The embedded default replays an Azure CSV, which aiperf does not read.
     default = deploy_plan(load_config(None)).benchmark
     assert default.argv is None and "azure trace" in default.notes[0]
+
+
+def test_sharegpt_lengths_are_measured_with_vllms_sharegpt_dataset():
+    sample = Path(__file__).parent / "data" / "sharegpt" / "sample.json"
+    config = {"workload": {"synthetic": {"num_requests": 5, "lengths_from": str(sample), "lengths_format": "sharegpt"},
+                           "client": {"mode": "poisson", "rate": 2.0}}}
+    flags = _flags(_plan(config).benchmark.argv)
+    assert (flags["--dataset-name"], flags["--dataset-path"], flags["--num-prompts"]) == ("sharegpt", str(sample), "5")
+    assert (flags["--request-rate"], flags["--burstiness"]) == ("2.0", "1.0")

@@ -26,7 +26,7 @@ class BenchmarkCommand:
 
 
 def benchmark_command(config, base_url: str, served_model_name: str, tokenizer: str,
-                      trace_path=None) -> BenchmarkCommand:
+                      trace_path=None, lengths_path=None) -> BenchmarkCommand:
     workload = config.workload
     synthetic = workload.synthetic
     if workload.trace is not None:
@@ -34,17 +34,25 @@ def benchmark_command(config, base_url: str, served_model_name: str, tokenizer: 
     if getattr(workload, "sessions", None) is not None:
         return BenchmarkCommand(None, ("the workload is multi-turn sessions, which `vllm bench serve` cannot send "
                                        "(each of its requests stands alone)",))
-    if synthetic is None or synthetic.lengths_from is not None:
-        return BenchmarkCommand(None, ("the workload resamples a file's lengths; `vllm bench serve`'s random "
-                                       "dataset cannot send it as servesim replays it",))
-    lengths = _random_flags(synthetic)
-    if lengths is None:
-        return BenchmarkCommand(None, ("the input and output length ranges are not one `--random-range-ratio` "
-                                       "apart from their centres, as vLLM's random dataset draws them",))
-    argv = ["vllm", "bench", "serve", "--backend", "openai", "--base-url", base_url, "--endpoint",
-            "/v1/completions", "--model", served_model_name, "--tokenizer", tokenizer, "--dataset-name", "random",
-            *lengths, "--num-prompts", str(synthetic.num_requests), "--ignore-eos"]
     notes = []
+    if synthetic.lengths_from is not None:
+        if synthetic.lengths_format != "sharegpt":
+            return BenchmarkCommand(None, (f"the workload resamples {_article(synthetic.lengths_format)} file's lengths; "
+                                           "`vllm bench serve` cannot send it as servesim replays it",))
+        # vLLM's ShareGPTDataset: each conversation's first message the prompt, the second's token
+        # count the output length (workload/sharegpt.py follows it).
+        dataset = ["--dataset-name", "sharegpt", "--dataset-path", str(lengths_path)]
+        notes.append("vLLM shuffles the ShareGPT file and takes its first conversations where servesim draws "
+                     "with replacement: the same length distribution, other requests")
+    else:
+        lengths = _random_flags(synthetic)
+        if lengths is None:
+            return BenchmarkCommand(None, ("the input and output length ranges are not one `--random-range-ratio` "
+                                           "apart from their centres, as vLLM's random dataset draws them",))
+        dataset = ["--dataset-name", "random", *lengths]
+    argv = ["vllm", "bench", "serve", "--backend", "openai", "--base-url", base_url, "--endpoint",
+            "/v1/completions", "--model", served_model_name, "--tokenizer", tokenizer, *dataset,
+            "--num-prompts", str(synthetic.num_requests), "--ignore-eos"]
     client_flags = _client_flags(workload.client)
     if client_flags is None:
         return BenchmarkCommand(None, (f"the {workload.client.mode} client has no `vllm bench serve` "
@@ -172,3 +180,7 @@ def _trace_replay(config, base_url: str, served_model_name: str, tokenizer: str,
     argv += ["--output-artifact-dir", "aiperf"]
     return BenchmarkCommand(tuple(argv), ("aiperf writes aiperf/profile_export_aiperf.json (and the per-request "
                                           "profile_export.jsonl) for servesim validate",))
+
+
+def _article(word: str) -> str:
+    return f"an {word}" if word[:1] in "aeiou" else f"a {word}"

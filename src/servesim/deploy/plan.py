@@ -53,7 +53,8 @@ def deploy_plan(loaded: LoadedConfig, model_path: str | None = None,
     front = None if backend.front is None else backend.front(FrontLaunch(
         tuple(RoleAddress(r.spec.name, service_name(name, r.spec.name), r.launch.port, r.spec.count) for r in roles),
         FRONT_PORT, spec.router.policy, spec.engine_version))
-    return DeployPlan(spec, path, name, tuple(roles), benchmark_command(spec.config, url, name, path, spec.trace_path), front)
+    benchmark = benchmark_command(spec.config, url, name, path, spec.trace_path, spec.lengths_path)
+    return DeployPlan(spec, path, name, tuple(roles), benchmark, front)
 
 
 def service_name(served_model_name: str, role: str) -> str:
