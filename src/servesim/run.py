@@ -138,11 +138,12 @@ def simulate(
     with limits.clock_overflow_is_an_error():
         sim.run(progress=(lambda t, done: progress(t, done, total)) if progress else None)
 
-    return run_result(run, sim, collector, requests, engines, profile_given, percentiles, trace_info, wall_start)
+    return run_result(run, sim, collector, requests, engines, profile_given, percentiles, trace_info, wall_start,
+                      client)
 
 
 def run_result(run: RunSpec, sim, collector: Collector, requests, engines, profile_given: bool, percentiles,
-               trace_info: dict[str, Any], wall_start: float) -> Result:
+               trace_info: dict[str, Any], wall_start: float, client=None) -> Result:
     """The `Result` of a simulation that has run to its end (simulate's, and `servesim serve`'s at its stop)."""
     cfg = run.config
     records = collector.records
