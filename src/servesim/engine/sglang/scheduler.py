@@ -328,6 +328,42 @@ class FastSglangScheduler(DecodeRuns, SglangScheduler):
     def _request_slots(self) -> int:
         return self.max_running_requests
 
+    def _decode_pass(self) -> SchedulerOutput:
+        """The reference's decode pass with its counts done once: one loop over the batch
+        counts every request's new blocks, and the cache takes them without counting again
+        (`KvCache.allocate_needs`). A pass that retracts, drafts or reaches the context limit
+        takes the reference's path; nothing is changed before it does."""
+        if self.speculation is not None:
+            return super()._decode_pass()
+        kv = self.kv
+        size = kv.block_size
+        max_len = self.max_model_len
+        overlap = self.async_scheduling
+        decoders = []
+        needs = []
+        need = 0
+        for request in self.running:
+            computed = request.num_computed + 1
+            # `_decoding`, written out: with overlap, a request whose last token is in flight sits out.
+            if overlap and request.placeholders > 0 and \
+                    computed + 1 - request.placeholders >= request.prompt_len + request.max_tokens:
+                continue
+            decoders.append(request)
+            if computed > max_len:
+                return super()._decode_pass()
+            blocks = -(-computed // size) - len(request.blocks)
+            if blocks > 0:
+                need += blocks
+            needs.append(blocks)
+        if need > kv.num_free:
+            return super()._decode_pass()   # it retracts, or a lone request does not fit
+        out = SchedulerOutput()
+        if decoders:
+            self.new_token_ratio = max(self.new_token_ratio - self.decay, self.min_ratio)
+            kv.allocate_needs(decoders, [1] * len(decoders), needs, need)
+            out.entries.extend([PassEntry(request, 1, request.num_computed, "running") for request in decoders])
+        return out
+
     def _advance_run(self, extra: int) -> None:
         # One decay per decode pass, in the engine's float arithmetic.
         ratio, decay, floor = self.new_token_ratio, self.decay, self.min_ratio
