@@ -320,6 +320,8 @@ class SglangScheduler(SchedulerCore):
 class FastSglangScheduler(DecodeRuns, SglangScheduler):
     """SGLang with runs of identical decode passes fast-forwarded (engine/decode_runs.py)."""
 
+    _committed: SchedulerOutput | None = None   # a decode pass whose entries are already committed
+
     def _admission_quiet(self) -> bool:
         # A prefill is tried only while something waits and the batch is not marked full, and
         # that mark stays until a running request leaves (the run's last pass at the earliest).
@@ -361,8 +363,36 @@ class FastSglangScheduler(DecodeRuns, SglangScheduler):
         if decoders:
             self.new_token_ratio = max(self.new_token_ratio - self.decay, self.min_ratio)
             kv.allocate_needs(decoders, [1] * len(decoders), needs, need)
-            out.entries.extend([PassEntry(request, 1, request.num_computed, "running") for request in decoders])
+            self._commit_decodes(out, decoders)
         return out
+
+    def _commit_decodes(self, out: SchedulerOutput, decoders: list) -> None:
+        """The pass's entries with `_update_after_schedule`'s bookkeeping done as each is made
+        (one token each, no drafts): one loop over the batch instead of two."""
+        entries = out.entries
+        overlap = self.async_scheduling
+        for request in decoders:
+            before = request.num_computed
+            entry = PassEntry(request, 1, before, "running")
+            known = request.prompt_len + request.num_output + request.placeholders
+            request.num_computed = computed = before + 1
+            request.in_flight += 1
+            request.is_prefill_chunk = chunk = computed < known
+            entry.is_decode = before >= request.prompt_len
+            if not chunk:
+                entry.samples = True
+                entry.drafts = drafts = computed - known
+                if overlap:
+                    request.placeholders += 1 + drafts
+            entries.append(entry)
+        out.num_tokens = len(decoders)
+        self._committed = out
+
+    def _update_after_schedule(self, out: SchedulerOutput) -> None:
+        if out is self._committed:   # done as the decode pass made its entries
+            self._committed = None
+            return
+        super()._update_after_schedule(out)
 
     def _advance_run(self, extra: int) -> None:
         # One decay per decode pass, in the engine's float arithmetic.
