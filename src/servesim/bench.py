@@ -60,7 +60,7 @@ class Workload:
     router: dict | None = None
     backend: str = DEFAULT_BACKEND
     gpu: str = "b200"           # _VLLM_GPU (below); rows 2s and 2t run on an H100, for its default KV pools
-    aisimulate: bool = True     # has a counterpart row in AISimulate, which is compared on vLLM only
+    aisimulate: bool = True     # has a counterpart row in AISimulate's predict (servesim/bench_vs.py)
 
 
 # 60,000 blocks of 16 tokens of Llama-3.1-8B KV cache take 117 GiB: more than an H100 leaves after the
@@ -87,10 +87,10 @@ def workloads(traces: Path | None = None) -> list[Workload]:
         Workload("2b", "closed loop c256, 1024/1024, 32,000 requests", _closed(32000, 256, 1024, 1024)),
         Workload("2s", "closed loop c256, 1024/1024, 2,000 requests, SGLang", _closed(2000, 256, 1024, 1024),
                  workers={"aggregated": {"scheduler": {"max_running_requests": 1024}}}, backend="sglang",
-                 gpu="h100-sxm", aisimulate=False),
+                 gpu="h100-sxm"),
         Workload("2t", "closed loop c256, 1024/1024, 2,000 requests, TensorRT-LLM", _closed(2000, 256, 1024, 1024),
                  workers={"aggregated": {"scheduler": {"max_batch_size": 1024}}}, backend="trtllm",
-                 gpu="h100-sxm", aisimulate=False),
+                 gpu="h100-sxm"),
         Workload("3", "closed loop c64, 8192/1024, 2,000 requests", _closed(2000, 64, 8192, 1024)),
         Workload("4", "Poisson overload (60 req/s, ~2.6x capacity), 1024/1024, 8,000 requests",
                  {"synthetic": {"num_requests": 8000, "input_length": 1024, "output_length": 1024},
@@ -131,75 +131,6 @@ def config_for(workload: Workload, timing: str) -> dict:
     }
 
 
-def aisimulate_config(workload: Workload) -> dict | None:
-    """The same row in AISimulate's `predict` config (0.13 dev build), or None if it has no counterpart.
-
-    AISimulate's fixed timing charges prefill_ms for a pass with any prefill plus decode_ms
-    for one with any decode; prefill 0 / decode 10 gives every pass that decodes 10 ms.
-    """
-    spec = workload.workload
-    synthetic = spec.get("synthetic")
-    if not workload.aisimulate:
-        return None   # compared on vLLM only
-    if workload.key == "5":
-        source = {"type": "trace", "format": "mooncake", "paths": [spec["trace"]], "block_size": 512}
-        load = {"type": "trace_timestamps", "speedup": 1.0}
-        stop = None
-    elif synthetic is not None and "input_length" in synthetic:
-        source = {"type": "synthetic", "input_tokens": synthetic["input_length"],
-                  "output_tokens": synthetic["output_length"]}
-        client = spec["client"]
-        load = ({"type": "concurrency", "concurrency": client["concurrency"]} if client["mode"] == "closed_loop"
-                else {"type": "poisson", "requests_per_second": client["rate"], "seed": 0})
-        stop = {"requests": synthetic["num_requests"]}
-    else:
-        return None   # row 6 resamples lengths from a trace: no counterpart
-    traffic = {"source": source, "load": load, **({"stop": stop} if stop else {})}
-    return {
-        "traffic": traffic,
-        "engine": {
-            "mode": "aggregated",
-            # The bundled config of Llama-3.1-8B (its newer name needs a download).
-            "model": "meta-llama/Meta-Llama-3.1-8B",
-            "hardware": "h100_sxm",
-            "backend": "vllm",
-            "workers": {"aggregated": {
-                "parallelism": {"tensor": 1, "pipeline": 1, "replicas": 1},
-                "scheduler": {"max_sequences": 1024, "max_batched_tokens": 8192},
-                "kv_cache": {"block_size": 16, "prefix_caching": True,
-                             "capacity": {"type": "fixed", "blocks": 60000}},
-                "timing": {"type": "fixed", "prefill_ms": 0.0, "decode_ms": 10.0},
-            }},
-        },
-    }
-
-
-def aisimulate_command(python: Path) -> list[str]:
-    """AISimulate's CLI next to its interpreter, else `python -m aisimulate`."""
-    script = python.parent / "aisimulate"
-    return [str(script)] if script.exists() else [str(python), "-m", "aisimulate"]
-
-
-def measure_aisimulate(workload: Workload, python: Path, repeat: int) -> float | None:
-    """Median whole-process wall seconds of AISimulate's `predict` on the row."""
-    config = aisimulate_config(workload)
-    if config is None or workload.workers or (workload.needs is not None and not workload.needs.exists()):
-        return None
-    walls = []
-    with tempfile.TemporaryDirectory(prefix="servesim-vs-aisim-") as tmp:
-        path = Path(tmp) / "config.yaml"
-        path.write_text(dump_yaml(config))
-        for i in range(repeat):
-            cmd = [*aisimulate_command(python), "predict", "-c", str(path), "--output-dir",
-                   str(Path(tmp) / f"out{i}"), "--overwrite", "--format", "json"]
-            start = time.perf_counter()
-            proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-            if proc.returncode != 0:
-                raise RuntimeError(f"aisimulate failed ({proc.returncode}): {proc.stderr.decode().strip()[-500:]}")
-            walls.append(time.perf_counter() - start)
-    return statistics.median(walls)
-
-
 @dataclass
 class Measurement:
     wall_s: float
@@ -207,6 +138,7 @@ class Measurement:
     peak_rss_mb: float
     requests: int
     output_tokens: int
+    cpu_s: float = 0.0   # user + system time of the process
 
 
 def run_once(config_path: Path, out_dir: Path) -> Measurement:
@@ -224,7 +156,8 @@ def run_once(config_path: Path, out_dir: Path) -> Measurement:
         raise ServesimError(f"servesim run exited {proc.returncode}: {last}")
     summary = json.loads((out_dir / "summary.json").read_text())
     return Measurement(wall, summary["wall_time_ms"] / 1e3, usage.ru_maxrss / 1024,
-                       summary["completed"] + summary["failed_requests"], summary["total_output_tokens"])
+                       summary["completed"] + summary["failed_requests"], summary["total_output_tokens"],
+                       usage.ru_utime + usage.ru_stime)
 
 
 def measure(workload: Workload, timing: str, repeat: int) -> Measurement:
@@ -323,19 +256,31 @@ def run_suite(only: str = "", timing: str = "fixed", repeat: int = 3, traces: Pa
     if skipped:
         sys.stderr.write(_skipped_note(skipped, traces) + "\n")
     _byte_compile()
-    title, rule = HEADER.split("\n")
     if vs:
-        title, rule = title + " AISimulate wall s | speed-up |", rule + "---|---|"
-    print(title + "\n" + rule, flush=True)
+        return _run_vs(chosen, timings, repeat, Path(vs[1]))
+    print(HEADER, flush=True)
     for workload in chosen:
         for kind in timings:
-            mine = measure(workload, kind, repeat)
-            row = format_row(workload, kind, mine)
-            if vs:
-                theirs = measure_aisimulate(workload, Path(vs[1]), repeat) if kind == "fixed" else None
-                ratio = f"{theirs / mine.wall_s:.1f}x" if theirs and mine else ""
-                row += f" {theirs:.2f} | {ratio} |" if theirs else " | |"
-            print(row, flush=True)
+            print(format_row(workload, kind, measure(workload, kind, repeat)), flush=True)
+    return 0
+
+
+def _run_vs(chosen: list[Workload], timings: list[str], repeat: int, python: Path) -> int:
+    """Each row with a counterpart, `repeat` interleaved pairs against AISimulate (fixed timing only)."""
+    from servesim.bench_vs import VS_HEADER, format_pairs, measure_pairs
+
+    if timings != ["fixed"]:
+        sys.stderr.write("note: --vs compares fixed timing only (AISimulate's fixed prefill/decode pass times)\n")
+    print(VS_HEADER, flush=True)
+    for workload in chosen:
+        try:
+            result = measure_pairs(workload, config_for(workload, "fixed"), python, repeat)
+        except ServesimError as err:
+            raise ServesimError(f"bench row {workload.key} against AISimulate failed: {err}") from None
+        if result is None:
+            sys.stderr.write(f"note: row {workload.key} has no AISimulate counterpart\n")
+            continue
+        print(format_pairs(workload, result), flush=True)
     return 0
 
 

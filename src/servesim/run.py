@@ -177,6 +177,8 @@ def run_result(run: RunSpec, sim, collector: Collector, requests, engines, profi
     summary.update(energy_and_cost(cfg.cost, _worker_power_inputs(run, sim), summary))
     notes = report_run(summary, records, run, sim, requests, profile_given, engines)
     sessions = None
+    if client is None:   # servesim serve: the simulation's own client
+        client = sim.client
     log = getattr(client, "session_log", None)   # sessions, generated or from a trace
     if log is not None:
         slo_ms = cfg.workload.sessions.slo_ms if cfg.workload.sessions is not None else None

@@ -75,7 +75,10 @@ class DecodeRuns:
         total = 0
         for entry in entries:
             request = entry.request
-            need = -(-min(request.num_computed + steps, limit) // size) - len(request.blocks)
+            end = request.num_computed + steps
+            if end > limit:
+                end = limit
+            need = -(-end // size) - len(request.blocks)
             if need > 0:
                 total += need
         return total
@@ -156,10 +159,17 @@ class DecodeRuns:
         for entry in entries:
             request = entry.request
             held = len(request.blocks)
-            need = -(-min(request.num_computed + extra, max_len) // size) - held
+            end = request.num_computed + extra
+            if end > max_len:
+                end = max_len
+            need = -(-end // size) - held
             needs.append(need)
             if need > 0:
-                last_step += need - max(-(-min(request.num_computed + extra - 1, max_len) // size) - held, 0)
+                before = request.num_computed + extra - 1
+                if before > max_len:
+                    before = max_len
+                before_need = -(-before // size) - held
+                last_step += need - (before_need if before_need > 0 else 0)
         # Pass logs: the free blocks after each pass is scheduled, as the engine takes them.
         free_blocks = ([decided.free_blocks] + [kv.num_free - self._run_blocks(entries, step)
                                                 for step in range(1, steps)]
@@ -186,8 +196,16 @@ class DecodeRuns:
                 filled = request.num_computed - request.placeholders
             else:
                 filled = min(request.num_computed, request.prompt_len + request.num_output + extra)
-            if caching and filled // size > request.num_cached_blocks:
-                kv.cache_full_blocks(request, filled)
+            if caching:
+                full = filled // size
+                if full > request.num_cached_blocks:
+                    if request.num_cached_blocks < request.keys.shared_blocks:
+                        kv.cache_full_blocks(request, filled)
+                    else:
+                        # `cache_full_blocks` past the shareable prefix, without the call (a run
+                        # fills a block per request with SGLang's one-token pages; see
+                        # `KvCache.allocate_needs`).
+                        request.num_cached_blocks = full
         self._advance_run(extra)
         run = decided.run = PassRun(steps, durations, uniform_ns)
         # KV usage at the end of the run's next-to-last pass (the reference's highest sample

@@ -259,10 +259,18 @@ class KvCache:
         total = sum(need for need in needs if need > 0)
         if total > self.num_free:
             return False
+        self.allocate_needs(requests, tokens, needs, total)
+        return True
+
+    def allocate_needs(self, requests: list[Request], tokens: list[int], needs: list[int], total: int) -> None:
+        """`allocate_each` once its blocks are counted: `needs[i]` new blocks for requests[i]
+        (<= 0: none), `total` the positive ones' sum, which fits. A caller that has counted them
+        already (SGLang's fast decode pass) skips the second count."""
         pool: list[int] = []
         self.take(total, pool)
         pos = 0
         caching = self.enable_caching
+        block_size = self.block_size
         for request, count, need in zip(requests, tokens, needs):
             if need > 0:
                 request.blocks.extend(pool[pos:pos + need])
@@ -278,7 +286,6 @@ class KvCache:
                         # now), without the call: with one-token pages every decode fills a block,
                         # so this runs once a token (docs/performance.md, "Hot loops written out").
                         request.num_cached_blocks = full
-        return True
 
     def take(self, count: int, into: list[int]) -> None:
         """Pop `count` free blocks from the front of the queue into `into`, evicting keys."""

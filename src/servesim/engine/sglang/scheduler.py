@@ -320,6 +320,8 @@ class SglangScheduler(SchedulerCore):
 class FastSglangScheduler(DecodeRuns, SglangScheduler):
     """SGLang with runs of identical decode passes fast-forwarded (engine/decode_runs.py)."""
 
+    _committed: SchedulerOutput | None = None   # a decode pass whose entries are already committed
+
     def _admission_quiet(self) -> bool:
         # A prefill is tried only while something waits and the batch is not marked full, and
         # that mark stays until a running request leaves (the run's last pass at the earliest).
@@ -327,6 +329,70 @@ class FastSglangScheduler(DecodeRuns, SglangScheduler):
 
     def _request_slots(self) -> int:
         return self.max_running_requests
+
+    def _decode_pass(self) -> SchedulerOutput:
+        """The reference's decode pass with its counts done once: one loop over the batch
+        counts every request's new blocks, and the cache takes them without counting again
+        (`KvCache.allocate_needs`). A pass that retracts, drafts or reaches the context limit
+        takes the reference's path; nothing is changed before it does."""
+        if self.speculation is not None:
+            return super()._decode_pass()
+        kv = self.kv
+        size = kv.block_size
+        max_len = self.max_model_len
+        overlap = self.async_scheduling
+        decoders = []
+        needs = []
+        need = 0
+        for request in self.running:
+            computed = request.num_computed + 1
+            # `_decoding`, written out: with overlap, a request whose last token is in flight sits out.
+            if overlap and request.placeholders > 0 and \
+                    computed + 1 - request.placeholders >= request.prompt_len + request.max_tokens:
+                continue
+            decoders.append(request)
+            if computed > max_len:
+                return super()._decode_pass()
+            blocks = -(-computed // size) - len(request.blocks)
+            if blocks > 0:
+                need += blocks
+            needs.append(blocks)
+        if need > kv.num_free:
+            return super()._decode_pass()   # it retracts, or a lone request does not fit
+        out = SchedulerOutput()
+        if decoders:
+            self.new_token_ratio = max(self.new_token_ratio - self.decay, self.min_ratio)
+            kv.allocate_needs(decoders, [1] * len(decoders), needs, need)
+            self._commit_decodes(out, decoders)
+        return out
+
+    def _commit_decodes(self, out: SchedulerOutput, decoders: list) -> None:
+        """The pass's entries with `_update_after_schedule`'s bookkeeping done as each is made
+        (one token each, no drafts): one loop over the batch instead of two."""
+        entries = out.entries
+        overlap = self.async_scheduling
+        for request in decoders:
+            before = request.num_computed
+            entry = PassEntry(request, 1, before, "running")
+            known = request.prompt_len + request.num_output + request.placeholders
+            request.num_computed = computed = before + 1
+            request.in_flight += 1
+            request.is_prefill_chunk = chunk = computed < known
+            entry.is_decode = before >= request.prompt_len
+            if not chunk:
+                entry.samples = True
+                entry.drafts = drafts = computed - known
+                if overlap:
+                    request.placeholders += 1 + drafts
+            entries.append(entry)
+        out.num_tokens = len(decoders)
+        self._committed = out
+
+    def _update_after_schedule(self, out: SchedulerOutput) -> None:
+        if out is self._committed:   # done as the decode pass made its entries
+            self._committed = None
+            return
+        super()._update_after_schedule(out)
 
     def _advance_run(self, extra: int) -> None:
         # One decay per decode pass, in the engine's float arithmetic.
