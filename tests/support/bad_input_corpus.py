@@ -506,7 +506,20 @@ CASES += [
     Case("agentic-unknown-field", "sessions",
          _trace_files(jsonl({"request_id": "a", "timestamp": 0, "input_length": 5, "output_length": 2,
                              "policy_class": "x"}), fmt="agentic-mooncake"), run_case()),
+    Case("pp-2-sglang", "resources", {"c.yaml": cfg_text(engine__backend="sglang", engine__workers={"aggregated": {}}), "trace.jsonl": TRACE},
+         run_case("{d}/c.yaml", "--set", "engine.workers.aggregated.pp=2")),
+    Case("pp-2-trtllm", "resources", {"c.yaml": cfg_text(engine__backend="trtllm", engine__workers={"aggregated": {}}), "trace.jsonl": TRACE},
+         run_case("{d}/c.yaml", "--set", "engine.workers.aggregated.pp=2")),
+    Case("pp-2-async-true", "resources", {"c.yaml": cfg_text(), "trace.jsonl": TRACE},
+         run_case("{d}/c.yaml", "--set", "engine.workers.aggregated.pp=2",
+                  "--set", "engine.workers.aggregated.scheduler.async_scheduling=true")),
+    Case("pp-16-one-node", "resources", {"c.yaml": cfg_text(), "trace.jsonl": TRACE},
+         run_case("{d}/c.yaml", "--set", "engine.workers.aggregated.pp=16")),
 ]
+SAYS.update({
+    "pp-2-sglang": "Scheduler.event_loop_pp", "pp-2-trtllm": "PyExecutor._executor_loop_pp",
+    "pp-2-async-true": "cannot be combined with pp 2", "pp-16-one-node": "set gpus_per_node: 16",
+})
 SAYS.update({
     "sessions-and-trace": "exactly one of workload.trace, workload.synthetic and workload.sessions",
     "sessions-closed-loop": "counts requests, not sessions", "sessions-in-flight-poisson": "it is poisson",

@@ -14,6 +14,7 @@ from servesim.engine.kv.reference_cache import ReferenceKvCache
 from servesim.engine.registry import backend_of
 from servesim.engine.request import Request
 from servesim.engine.speculative import Speculation
+from servesim.engine.pipeline import PipelineStages, PipelineWorker
 from servesim.engine.worker import Worker
 from servesim.errors import ServesimError
 from servesim.hardware.deployment import Deployment
@@ -137,13 +138,24 @@ def build_roles(spec: RunSpec, engines: RunEngines, finishes_are_quiet: bool, ru
             # async scheduling off, unless the run asks for vLLM 0.33's later admission.
             commit_at_pass_end = (role_name == "decode" and spec.transfer is not None
                                   and spec.transfer.handoff_admission == "next_pass")
-            worker = Worker(f"{role_name}-{index}", scheduler, timing, sched.overlap, late_follow,
-                            commit_at_pass_end)
+            if role.pp > 1:
+                worker = PipelineWorker(f"{role_name}-{index}", scheduler, timing, pipeline_stages(role))
+            else:
+                worker = Worker(f"{role_name}-{index}", scheduler, timing, sched.overlap, late_follow,
+                                commit_at_pass_end)
             worker.index = index
             worker.role = role_name
             workers.append(worker)
         roles[role_name] = Role(role_name, role, workers)
     return roles
+
+
+def pipeline_stages(role: RoleSpec) -> PipelineStages:
+    """The stage boundaries of one of `role`'s workers (pp > 1), over the links its GPUs share."""
+    dep = role.deployment
+    gpu = dep.gpu
+    return PipelineStages(role.pp, dep.gpus, dep.tp, dep.arch.hidden, gpu.nvlink_gb_s, gpu.nvlink_domain,
+                          gpu.network_gb_s)
 
 
 def host_tier(offload, deployment: Deployment, block_size: int) -> HostTier:
