@@ -167,3 +167,31 @@ def test_every_request_is_served_and_at_most_pp_batches_overlap(tmp_path_factory
     assert ends == sorted(ends) and len(set(ends)) == len(ends)   # batches complete in order
     starts = [s for s, _ in spans]
     assert all(b - a >= 10 / pp - 1e-9 for a, b in zip(starts, starts[1:]))   # stage 1 holds one batch
+
+
+def test_abort_waits_for_the_pipeline_to_drain():
+    from servesim.cluster.build import open_simulation
+    from servesim.workload.trace import TraceRequest
+
+    # Two 100-token prompts at 0, one per batch (budget 100); S(100) = 10,000 + 3,641 ns.
+    # Batch 0 (request 1): stage 1 [0, 5], stage 2 [5.013641, 10.013641]. Batch 1 (request 2):
+    # stage 1 [5, 10], stage 2 [10.013641, 15.013641]. At 10.013641 request 1's decode enters
+    # stage 1 (ends 10.013641 + 5 + S(1) + 5 = 20.023677). The abort of request 1 at 12 ms
+    # schedules nothing more: batch 1's end at 15.013641 commits no batch, and the abort
+    # applies at 20.023677, once nothing is in flight; request 2's decode starts then.
+    config = {"model": "llama-3.1-8b", "gpu": "h100-sxm",
+              "engine": {"tokenization_ms": 0.0, "timing": {"kind": "fixed", "pass_ms": 10.0},
+                         "workers": {"aggregated": {"pp": 2, "scheduler": {"max_num_seqs": 2,
+                                                                            "max_num_batched_tokens": 100}}}},
+              "workload": {"synthetic": {"num_requests": 1, "input_length": {"min": 100, "max": 100},
+                                         "output_length": {"min": 3, "max": 3}}}}
+    log = []
+    sim = open_simulation(config, on_token=lambda rid, t, n: log.append((rid, t, n)))
+    for request_id in (1, 2):
+        sim.submit(TraceRequest(request_id, None, 100, 1000), at=0)
+    sim.run_until(12_000_000)
+    sim.abort(1, at=12_000_000)
+    sim.run_until(40_000_000)
+    assert [(r.request_id, r.finish_ns) for r in sim.aborted] == [(1, 20_023_677)]
+    assert [(rid, t) for rid, t, _ in log[:4]] == [(1, 10_013_641), (2, 15_013_641), (1, 20_023_677),
+                                                    (2, 30_033_713)]

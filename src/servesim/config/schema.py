@@ -164,7 +164,7 @@ class KvOffloadConfig(StrictModel):
 class RoleConfig(StrictModel):
     count: PositiveInt = 1
     tp: PositiveInt = 1              # tensor parallelism
-    pp: PositiveInt = 1              # pipeline parallelism (only 1 is modelled)
+    pp: PositiveInt = 1              # pipeline parallelism (vLLM; SGLang and TensorRT-LLM: only 1)
     attention_dp: PositiveInt = 1    # data-parallel attention ranks (each its own KV cache and batch)
     ep: PositiveInt = 1              # expert parallelism, over the worker's tp × attention_dp GPUs
     # The most GPUs one worker (tp × attention_dp × pp) may span; null: the GPU's NVLink domain
