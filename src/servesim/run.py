@@ -169,6 +169,11 @@ def run_result(run: RunSpec, sim, collector: Collector, requests, engines, profi
         "mean_acceptance_length": _mean_acceptance_length(sim.roles),
         "workers": collector.worker_summaries(sim.now),
     })
+    if sim.autoscalers:
+        scaled = {name: scaler.summary(sim.now) for name, (scaler, _) in sim.autoscalers.items()}
+        # Replicas count while they exist (cluster/autoscaler.py), over the whole simulated time.
+        summary["gpu_hours"] = sum(role["gpu_hours"] for role in scaled.values())
+        summary["autoscaling"] = scaled
     summary.update(energy_and_cost(cfg.cost, _worker_power_inputs(run, sim), summary))
     notes = report_run(summary, records, run, sim, requests, profile_given, engines)
     sessions = None
@@ -190,8 +195,15 @@ def _worker_power_inputs(run: RunSpec, sim) -> list[tuple]:
     out = []
     for name, role in sim.roles.items():
         spec = run.roles[name]
-        out += [(spec.deployment.gpu, spec.tp * spec.pp * spec.attention_dp,
-                 worker.busy_ns / sim.now if sim.now else 0.0) for worker in role.workers]
+        gpus = spec.tp * spec.pp * spec.attention_dp
+        scaled = sim.autoscalers.get(name)
+        for worker in role.workers:
+            if scaled is None or not sim.now:
+                out.append((spec.deployment.gpu, gpus, worker.busy_ns / sim.now if sim.now else 0.0))
+                continue
+            # An autoscaled replica draws power while it exists: its GPUs for that share of the run.
+            life = scaled[0].lifetime_ns(worker.index, sim.now)
+            out.append((spec.deployment.gpu, gpus * life / sim.now, worker.busy_ns / life if life else 0.0))
     return out
 
 

@@ -515,10 +515,26 @@ CASES += [
                   "--set", "engine.workers.aggregated.scheduler.async_scheduling=true")),
     Case("pp-16-one-node", "resources", {"c.yaml": cfg_text(), "trace.jsonl": TRACE},
          run_case("{d}/c.yaml", "--set", "engine.workers.aggregated.pp=16")),
+    Case("autoscaling-max-below-min", "config", {"c.yaml": cfg_text(engine__workers__aggregated__autoscaling={
+        "metric": "in_flight", "target": 2, "min_replicas": 3, "max_replicas": 2}), "trace.jsonl": TRACE}, run_case()),
+    Case("autoscaling-count-outside", "config", {"c.yaml": cfg_text(engine__workers__aggregated__count=5,
+         engine__workers__aggregated__autoscaling={"metric": "in_flight", "target": 2, "max_replicas": 4}),
+         "trace.jsonl": TRACE}, run_case()),
+    Case("autoscaling-on-prefill", "config", {"c.yaml": cfg_text(engine__workers={
+        "prefill": {"autoscaling": {"metric": "in_flight", "target": 2, "max_replicas": 4}}, "decode": {}}),
+        "trace.jsonl": TRACE}, run_case()),
+    Case("autoscaling-unknown-metric", "config", {"c.yaml": cfg_text(engine__workers__aggregated__autoscaling={
+        "metric": "gpu_util", "target": 2, "max_replicas": 2}), "trace.jsonl": TRACE}, run_case()),
+    Case("autoscaling-target-0", "config", {"c.yaml": cfg_text(engine__workers__aggregated__autoscaling={
+        "metric": "in_flight", "target": 0, "max_replicas": 2}), "trace.jsonl": TRACE}, run_case()),
 ]
 SAYS.update({
     "pp-2-sglang": "Scheduler.event_loop_pp", "pp-2-trtllm": "PyExecutor._executor_loop_pp",
     "pp-2-async-true": "cannot be combined with pp 2", "pp-16-one-node": "set gpus_per_node: 16",
+    "autoscaling-max-below-min": "max_replicas (2) must be at least min_replicas (3)",
+    "autoscaling-count-outside": "count (5) is the replicas at start",
+    "autoscaling-on-prefill": "modelled for engine.workers.aggregated only",
+    "autoscaling-unknown-metric": "metric", "autoscaling-target-0": "target",
 })
 SAYS.update({
     "sessions-and-trace": "exactly one of workload.trace, workload.synthetic and workload.sessions",
