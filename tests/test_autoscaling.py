@@ -3,6 +3,7 @@ provisioning delay and a scale-down with draining, and properties over random fl
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
@@ -111,3 +112,45 @@ def test_every_request_is_served_once_and_gpu_hours_are_the_integral(tmp_path_fa
         assert rec.arrival_ns / 1e9 >= ready_at.get(rec.worker, 0.0)
     live = [row[1] for row in scaled["timeline"]]
     assert all(1 <= n <= count + extra for n in live)
+
+
+@settings(max_examples=4, deadline=None, derandomize=True)
+@given(rows=st.lists(st.tuples(st.integers(0, 3000), st.integers(1, 200), st.integers(1, 300)), min_size=5,
+                     max_size=30),
+       metric=st.sampled_from(["in_flight", "queue_length", "kv_utilization"]),
+       policy=st.sampled_from(["round_robin", "least_outstanding", "kv_aware", "llm_d"]))
+def test_fast_and_reference_engines_scale_alike(tmp_path_factory, rows, metric, policy):
+    # The syncs bound the fast engine's fast-forwarded runs: each reads the same engine state.
+    trace = [{"timestamp": t, "input_length": n, "output_length": m} for t, n, m in sorted(rows)]
+    hpa = {"metric": metric, "target": 0.05 if metric == "kv_utilization" else 2.0, "max_replicas": 3,
+           "sync_period_s": 0.25, "scale_down_stabilization_s": 0.5, "load_bandwidth_gb_s": 100, "startup_s": 0.1}
+    out = []
+    for reference in (False, True):
+        r = run_rows(tmp_path_factory.mktemp("hpa"), trace, max_num_seqs=4, num_gpu_blocks=128, max_model_len=512,
+                     config_extra={"engine.workers.aggregated.autoscaling": hpa, "router.policy": policy,
+                                   "engine.reference": reference})
+        assert r.result.summary["simulated"]["engine"] == ("reference" if reference else "fast")
+        out.append((r.result.summary["autoscaling"],
+                    [(x.request_id, x.worker, x.first_token_ns, x.finish_ns) for x in r.result.requests]))
+    assert out[0] == out[1]
+
+
+def test_the_plot_draws_the_replicas_the_load_and_the_ttft(tmp_path):
+    from servesim.metrics.plots import plot_run, run_plot_names
+
+    rows = [{"timestamp": 0, "input_length": 16, "output_length": 300} for _ in range(8)]
+    rows += [{"timestamp": 2005, "input_length": 16, "output_length": 10},
+             {"timestamp": 4005, "input_length": 16, "output_length": 150}]
+    result = _run(tmp_path, rows).result
+    names = run_plot_names(result)
+    assert names[:3] == ["ttft_cdf.png", "tpot_cdf.png", "autoscaling_aggregated.png"]
+    data = plot_run(result, {name: tmp_path / name for name in names})
+    s = data["autoscaling_aggregated.png"]
+    assert (tmp_path / "autoscaling_aggregated.png").stat().st_size > 0
+    # Live replicas: 1 from 0, 3 from 1 s, 2 at 5.0 s (aggregated-2 removed), 1 at 5.505 s.
+    assert s["change_s"].tolist() == [0.0, 1.0, 1.0, 5.0, 5.505] and s["live"].tolist() == [1, 2, 3, 2, 1]
+    assert s["applied"].tolist() == [3, 3, 3, 3, 1, 1] and s["ready"].tolist() == [1, 1, 1, 3, 3, 1]
+    # TTFT by arrival period (1 s): the eight at 0 s 10 ms each, R (2.005 s) 25 ms, Q (4.005 s) 10 ms.
+    ttft = s["mean_ttft_ms"]
+    assert ttft[0] == 10.0 and ttft[2] == 25.0 and ttft[4] == 10.0
+    assert np.isnan(ttft[1]) and np.isnan(ttft[3])

@@ -49,7 +49,7 @@ class Autoscaler:
         self.changes: list[list] = []    # [time s, worker, its new state]
         self.born = [0] * len(role.workers)     # when each replica was asked for
         self.gone: list[int | None] = [None] * len(role.workers)   # when it was removed
-        self._live = self.peak = len(role.workers)
+        self._live = self.peak = self.at_start = len(role.workers)
         self._since = 0
         self._replica_ns = 0
 
@@ -153,7 +153,7 @@ class Autoscaler:
     def summary(self, end: int) -> dict:
         replica_ns = self.replica_ns(end)
         return {
-            "metric": self.cfg.metric, "target": self.cfg.target,
+            "metric": self.cfg.metric, "target": self.cfg.target, "replicas_at_start": self.at_start,
             "provisioning_s": self.provision_ns / 1e9,
             "replica_hours": replica_ns / 3.6e12,
             "gpu_hours": replica_ns * self.gpus_per_replica / 3.6e12,

@@ -7,7 +7,8 @@ were created:
 1. pass ends: outputs are processed, finished requests are recorded, and a
    closed-loop client sends its next request (stamped at this instant);
 2. frontend arrivals: tokenization, then routing to a worker (or rejection),
-   and KV transfers completing (disaggregated serving);
+   KV transfers completing (disaggregated serving), and an autoscaler's syncs and
+   replicas coming up (cluster/autoscaler.py);
 3. engine arrivals: the request enters the worker's intake;
 4. scheduler calls: a worker reads its intake and commits passes.
 
