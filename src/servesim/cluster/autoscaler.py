@@ -18,7 +18,8 @@ average to the target, no change within the tolerance). The rules (docs/fleets.m
   first (the ReplicaSet controller deletes unready and younger pods first); a ready one
   drains: no new requests, removed once it holds none.
 
-Live replicas (provisioning, ready or draining) cost GPU-hours while they exist.
+Live replicas (provisioning, ready or draining) cost GPU-hours while they exist, counted
+over the run's window (first measured arrival to last finish) as a fixed fleet's are.
 """
 
 from __future__ import annotations
@@ -50,22 +51,19 @@ class Autoscaler:
         self.born = [0] * len(role.workers)     # when each replica was asked for
         self.gone: list[int | None] = [None] * len(role.workers)   # when it was removed
         self._live = self.peak = self.at_start = len(role.workers)
-        self._since = 0
-        self._replica_ns = 0
 
     # ------------------------------------------------------------------ accounting
 
-    def replica_ns(self, end: int) -> int:
-        """∫ live replicas dt over [0, end]."""
-        return self._replica_ns + self._live * (end - self._since)
+    def replica_ns(self, start: int, end: int) -> int:
+        """∫ live replicas dt over [start, end]: each replica's lifetime within it."""
+        return sum(self.lifetime_ns(index, start, end) for index in range(len(self.born)))
 
-    def lifetime_ns(self, index: int, end: int) -> int:
+    def lifetime_ns(self, index: int, start: int, end: int) -> int:
+        """How long replica `index` existed within [start, end]."""
         gone = self.gone[index]
-        return (end if gone is None else gone) - self.born[index]
+        return max(0, min(end, gone if gone is not None else end) - max(start, self.born[index]))
 
     def _count(self, now: int, delta: int) -> None:
-        self._replica_ns += self._live * (now - self._since)
-        self._since = now
         self._live += delta
         self.peak = max(self.peak, self._live)
 
@@ -150,8 +148,9 @@ class Autoscaler:
     def draining(self) -> list[int]:
         return [i for i, state in enumerate(self.states) if state == DRAINING]
 
-    def summary(self, end: int) -> dict:
-        replica_ns = self.replica_ns(end)
+    def summary(self, start: int, end: int) -> dict:
+        """summary.json's `autoscaling.<role>`; GPU-hours over [start, end], the run's window."""
+        replica_ns = self.replica_ns(start, end)
         return {
             "metric": self.cfg.metric, "target": self.cfg.target, "replicas_at_start": self.at_start,
             "provisioning_s": self.provision_ns / 1e9,
