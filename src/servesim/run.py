@@ -174,7 +174,14 @@ def run_result(run: RunSpec, sim, collector: Collector, requests, engines, profi
         "mean_acceptance_length": _mean_acceptance_length(sim.roles),
         "workers": collector.worker_summaries(sim.now),
     })
-    summary.update(energy_and_cost(cfg.cost, _worker_power_inputs(run, sim), summary))
+    window = None
+    if sim.autoscalers:
+        window = _window(records, run.warmup_requests, summary["duration_ms"])
+        scaled = {name: scaler.summary(*window) for name, (scaler, _) in sim.autoscalers.items()}
+        # Replicas count while they exist (cluster/autoscaler.py), within the run's window.
+        summary["gpu_hours"] = sum(role["gpu_hours"] for role in scaled.values())
+        summary["autoscaling"] = scaled
+    summary.update(energy_and_cost(cfg.cost, _worker_power_inputs(run, sim, window), summary))
     notes = report_run(summary, records, run, sim, requests, profile_given, engines)
     sessions = None
     if client is None:   # servesim serve: the simulation's own client
@@ -192,13 +199,33 @@ def run_result(run: RunSpec, sim, collector: Collector, requests, engines, profi
                   token_times=collector.token_times, sessions=sessions, jobs=jobs)
 
 
-def _worker_power_inputs(run: RunSpec, sim) -> list[tuple]:
+def _window(records, warmup: int, duration_ms: float) -> tuple[int, int]:
+    """The summary's window in ns: the first measured arrival, plus its duration."""
+    arrival = records.column("arrival_ns")
+    if warmup:
+        arrival = arrival[records.column("request_id") >= warmup]
+    start = int(arrival.min()) if arrival.size else 0
+    return start, start + round(duration_ms * 1e6)
+
+
+def _worker_power_inputs(run: RunSpec, sim, window: tuple[int, int] | None = None) -> list[tuple]:
     """(GPU, GPUs, busy fraction) of each worker, for metrics/cost.py."""
     out = []
     for name, role in sim.roles.items():
         spec = run.roles[name]
-        out += [(spec.deployment.gpu, spec.tp * spec.pp * spec.attention_dp,
-                 worker.busy_ns / sim.now if sim.now else 0.0) for worker in role.workers]
+        gpus = spec.tp * spec.pp * spec.attention_dp
+        scaled = sim.autoscalers.get(name)
+        for worker in role.workers:
+            if scaled is None or not sim.now:
+                out.append((spec.deployment.gpu, gpus, worker.busy_ns / sim.now if sim.now else 0.0))
+                continue
+            # An autoscaled replica draws power while it exists: its GPUs for its share of the
+            # window, busy for its share of its whole life.
+            start, end = window
+            within = scaled[0].lifetime_ns(worker.index, start, end)
+            life = scaled[0].lifetime_ns(worker.index, 0, sim.now)
+            share = within / (end - start) if end > start else 0.0
+            out.append((spec.deployment.gpu, gpus * share, worker.busy_ns / life if life else 0.0))
     return out
 
 

@@ -515,7 +515,36 @@ CASES += [
     Case("agentic-unknown-field", "sessions",
          _trace_files(jsonl({"request_id": "a", "timestamp": 0, "input_length": 5, "output_length": 2,
                              "policy_class": "x"}), fmt="agentic-mooncake"), run_case()),
+    Case("pp-2-sglang", "resources", {"c.yaml": cfg_text(engine__backend="sglang", engine__workers={"aggregated": {}}), "trace.jsonl": TRACE},
+         run_case("{d}/c.yaml", "--set", "engine.workers.aggregated.pp=2")),
+    Case("pp-2-trtllm", "resources", {"c.yaml": cfg_text(engine__backend="trtllm", engine__workers={"aggregated": {}}), "trace.jsonl": TRACE},
+         run_case("{d}/c.yaml", "--set", "engine.workers.aggregated.pp=2")),
+    Case("pp-2-async-true", "resources", {"c.yaml": cfg_text(), "trace.jsonl": TRACE},
+         run_case("{d}/c.yaml", "--set", "engine.workers.aggregated.pp=2",
+                  "--set", "engine.workers.aggregated.scheduler.async_scheduling=true")),
+    Case("pp-16-one-node", "resources", {"c.yaml": cfg_text(), "trace.jsonl": TRACE},
+         run_case("{d}/c.yaml", "--set", "engine.workers.aggregated.pp=16")),
+    Case("autoscaling-max-below-min", "config", {"c.yaml": cfg_text(engine__workers__aggregated__autoscaling={
+        "metric": "in_flight", "target": 2, "min_replicas": 3, "max_replicas": 2}), "trace.jsonl": TRACE}, run_case()),
+    Case("autoscaling-count-outside", "config", {"c.yaml": cfg_text(engine__workers__aggregated__count=5,
+         engine__workers__aggregated__autoscaling={"metric": "in_flight", "target": 2, "max_replicas": 4}),
+         "trace.jsonl": TRACE}, run_case()),
+    Case("autoscaling-on-prefill", "config", {"c.yaml": cfg_text(engine__workers={
+        "prefill": {"autoscaling": {"metric": "in_flight", "target": 2, "max_replicas": 4}}, "decode": {}}),
+        "trace.jsonl": TRACE}, run_case()),
+    Case("autoscaling-unknown-metric", "config", {"c.yaml": cfg_text(engine__workers__aggregated__autoscaling={
+        "metric": "gpu_util", "target": 2, "max_replicas": 2}), "trace.jsonl": TRACE}, run_case()),
+    Case("autoscaling-target-0", "config", {"c.yaml": cfg_text(engine__workers__aggregated__autoscaling={
+        "metric": "in_flight", "target": 0, "max_replicas": 2}), "trace.jsonl": TRACE}, run_case()),
 ]
+SAYS.update({
+    "pp-2-sglang": "Scheduler.event_loop_pp", "pp-2-trtllm": "PyExecutor._executor_loop_pp",
+    "pp-2-async-true": "cannot be combined with pp 2", "pp-16-one-node": "set gpus_per_node: 16",
+    "autoscaling-max-below-min": "max_replicas (2) must be at least min_replicas (3)",
+    "autoscaling-count-outside": "count (5) is the replicas at start",
+    "autoscaling-on-prefill": "modelled for engine.workers.aggregated only",
+    "autoscaling-unknown-metric": "metric", "autoscaling-target-0": "target",
+})
 SAYS.update({
     "sessions-and-trace": "exactly one of workload.trace, workload.synthetic and workload.sessions",
     "sessions-closed-loop": "counts requests, not sessions", "sessions-in-flight-poisson": "it is poisson",

@@ -46,7 +46,8 @@ def build_cluster(spec: RunSpec, engines: RunEngines, client: Client, collector:
     for name, role in roles.items():
         factories[name] = RequestFactory(role.scheduler_cfg, content_block_size(workload), interner)
         routers[name] = Router(spec.router, role.workers, purpose=f"router:{name}", factory=factories[name])
-    cluster = Cluster(roles, factories, routers, spec.transfer)
+    cluster = Cluster(roles, factories, routers, spec.transfer,
+                      autoscalers(roles, routers, collector, spec.warmup_requests))
     return Simulation(client, spec.request_path, collector, cluster, on_token)
 
 
@@ -69,3 +70,24 @@ def open_simulation(config: Any = None, overrides: list[tuple[str, Any]] | None 
     engines = choose_engines(spec, pass_log=False, token_times=False, on_token=on_token is not None)
     collector = Collector(None, spec.warmup_requests)
     return build_cluster(spec, engines, ScheduledClient(iter(())), collector, on_token=on_token)
+
+
+def autoscalers(roles, routers, collector: Collector, warmup_requests: int) -> dict | None:
+    """(Autoscaler, grow) for each role with `autoscaling`; None when no role has it."""
+    from servesim.cluster.autoscaler import Autoscaler
+
+    out = {}
+    for name, role in roles.items():
+        if role.spec.autoscaling is None:
+            continue
+        router = routers[name]
+
+        def grow(role=role, router=router):
+            worker = role.make_worker(len(role.workers))
+            worker.scheduler.exclude_warmup(warmup_requests)
+            collector.register([worker])
+            role.workers.append(worker)
+            router.add_worker()
+            return worker
+        out[name] = (Autoscaler(role, router, role.spec.autoscaling), grow)
+    return out or None

@@ -12,7 +12,11 @@ same results; the reference is chosen when something needs what only it has:
   role runs the reference cache and scheduler;
 - speculative decoding: drafts make decoding requests advance by different amounts, so
   the fast engine's lockstep decode group does not apply: that role runs the per-request
-  scheduler (over the fast cache).
+  scheduler (over the fast cache);
+- pipeline parallelism (pp > 1): several batches are in flight at once and a request waits
+  for its batch's outputs before it is scheduled again, which the fast engine's lockstep
+  decode group and fast-forwarded runs do not follow: that role runs the per-request
+  scheduler (over the fast cache; engine/pipeline.py).
 
 summary.json's `simulated.engine`/`engine_reason` give the run's choice and
 `simulated.roles.<role>.engine` each role's (docs/outputs.md).
@@ -28,6 +32,7 @@ FAST, REFERENCE = "fast", "reference"
 DEFAULT_REASON = "the default (the reference engine gives the same results, more slowly)"
 OFFLOAD_REASON = "KV offload runs the exact KV cache (cluster/fleet.py: host-tier keys must be exact)"
 SPECULATIVE_REASON = "speculative decoding runs the per-request engine (no lockstep decode group)"
+PIPELINE_REASON = "pipeline parallelism runs the per-request engine (several batches in flight)"
 
 
 @dataclass(frozen=True)
@@ -73,10 +78,12 @@ def choose_engines(spec: RunSpec, pass_log: bool, token_times: bool, on_token: b
             choices[name] = EngineChoice(REFERENCE, OFFLOAD_REASON, True)
         elif role.speculative is not None:
             choices[name] = EngineChoice(REFERENCE, SPECULATIVE_REASON, False)
+        elif role.pp > 1:
+            choices[name] = EngineChoice(REFERENCE, PIPELINE_REASON, False)
         else:
             choices[name] = EngineChoice(FAST, DEFAULT_REASON, False)
-    # The run's reason: offload before speculative decoding, over all roles.
-    for reason in (OFFLOAD_REASON, SPECULATIVE_REASON):
+    # The run's reason: offload, then speculative decoding, then pipelines, over all roles.
+    for reason in (OFFLOAD_REASON, SPECULATIVE_REASON, PIPELINE_REASON):
         if any(choice.reason == reason for choice in choices.values()):
             return RunEngines(REFERENCE, reason, choices)
     return RunEngines(FAST, DEFAULT_REASON, choices)

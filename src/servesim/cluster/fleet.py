@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from servesim.cluster.engine_choice import EngineChoice, RunEngines
@@ -14,6 +15,7 @@ from servesim.engine.kv.reference_cache import ReferenceKvCache
 from servesim.engine.registry import backend_of
 from servesim.engine.request import Request
 from servesim.engine.speculative import Speculation
+from servesim.engine.pipeline import PipelineStages, PipelineWorker
 from servesim.engine.worker import Worker
 from servesim.errors import ServesimError
 from servesim.hardware.deployment import Deployment
@@ -46,6 +48,8 @@ class Role:
     name: str                    # "aggregated", "prefill" or "decode"
     spec: RoleSpec
     workers: list[Worker]
+    # Worker `index` made afresh (an autoscaled replica brought up later): cluster/autoscaler.py.
+    make_worker: Callable[[int], Worker] | None = None
 
     @property
     def deployment(self) -> Deployment:
@@ -110,40 +114,56 @@ def build_roles(spec: RunSpec, engines: RunEngines, finishes_are_quiet: bool, ru
     """Each role's workers. `finishes_are_quiet`: a finish changes nothing outside its engine
     before the next arrival; `runs_commit_late`: only arrivals reach a worker between its
     passes, so an async run may commit its follow-up pass late (engine/worker.py)."""
-    backend = spec.backend
     roles = {}
     for role_name, role in spec.roles.items():
-        sched = role.scheduler
-        deployment = role.deployment
-        choice = engines.roles[role_name]
-        workers = []
-        for index in range(role.count):
-            offload = role.kv_offload
-            kv = (ReferenceKvCache if choice.exact_cache else KvCache)(
-                num_gpu_blocks=sched.kv_blocks,
-                block_size=sched.kv_block_size,
-                enable_caching=sched.prefix_caching,
-                max_model_len=sched.context_limit,
-                watermark_blocks=backend.kv_watermark_blocks(sched),
-                full_sequence_admission=backend.kv_full_sequence_admission,
-            )
-            if offload is not None:
-                kv.host = host_tier(offload, deployment, sched.kv_block_size)
-            scheduler = make_scheduler(sched, kv, choice, role.speculative, spec.seed)
-            scheduler.finishes_are_quiet = finishes_are_quiet
-            timing = build_timing_model(spec.config.engine.timing, deployment, backend.name, role.speculative, sched)
-            late_follow = runs_commit_late and sched.overlap and scheduler.commits_follow_late
-            # Under disaggregation a decode worker admits a handoff at its next pass, as with
-            # async scheduling off, unless the run asks for vLLM 0.33's later admission.
-            commit_at_pass_end = (role_name == "decode" and spec.transfer is not None
-                                  and spec.transfer.handoff_admission == "next_pass")
-            worker = Worker(f"{role_name}-{index}", scheduler, timing, sched.overlap, late_follow,
-                            commit_at_pass_end)
-            worker.index = index
-            worker.role = role_name
-            workers.append(worker)
-        roles[role_name] = Role(role_name, role, workers)
+        def make(index: int, role_name=role_name, role=role) -> Worker:
+            return make_worker(spec, engines, role_name, role, index, finishes_are_quiet, runs_commit_late)
+        roles[role_name] = Role(role_name, role, [make(index) for index in range(role.count)], make)
     return roles
+
+
+def make_worker(spec: RunSpec, engines: RunEngines, role_name: str, role: RoleSpec, index: int,
+                finishes_are_quiet: bool, runs_commit_late: bool) -> Worker:
+    """Worker `index` of a role, with its own KV cache, scheduler and step-time model."""
+    backend = spec.backend
+    sched = role.scheduler
+    deployment = role.deployment
+    choice = engines.roles[role_name]
+    offload = role.kv_offload
+    kv = (ReferenceKvCache if choice.exact_cache else KvCache)(
+        num_gpu_blocks=sched.kv_blocks,
+        block_size=sched.kv_block_size,
+        enable_caching=sched.prefix_caching,
+        max_model_len=sched.context_limit,
+        watermark_blocks=backend.kv_watermark_blocks(sched),
+        full_sequence_admission=backend.kv_full_sequence_admission,
+    )
+    if offload is not None:
+        kv.host = host_tier(offload, deployment, sched.kv_block_size)
+    scheduler = make_scheduler(sched, kv, choice, role.speculative, spec.seed)
+    scheduler.finishes_are_quiet = finishes_are_quiet
+    timing = build_timing_model(spec.config.engine.timing, deployment, backend.name, role.speculative, sched)
+    late_follow = runs_commit_late and sched.overlap and scheduler.commits_follow_late
+    # Under disaggregation a decode worker admits a handoff at its next pass, as with
+    # async scheduling off, unless the run asks for vLLM 0.33's later admission.
+    commit_at_pass_end = (role_name == "decode" and spec.transfer is not None
+                          and spec.transfer.handoff_admission == "next_pass")
+    if role.pp > 1:
+        worker = PipelineWorker(f"{role_name}-{index}", scheduler, timing, pipeline_stages(role))
+    else:
+        worker = Worker(f"{role_name}-{index}", scheduler, timing, sched.overlap, late_follow,
+                        commit_at_pass_end)
+    worker.index = index
+    worker.role = role_name
+    return worker
+
+
+def pipeline_stages(role: RoleSpec) -> PipelineStages:
+    """The stage boundaries of one of `role`'s workers (pp > 1), over the links its GPUs share."""
+    dep = role.deployment
+    gpu = dep.gpu
+    return PipelineStages(role.pp, dep.gpus, dep.tp, dep.arch.hidden, gpu.nvlink_gb_s, gpu.nvlink_domain,
+                          gpu.network_gb_s)
 
 
 def host_tier(offload, deployment: Deployment, block_size: int) -> HostTier:

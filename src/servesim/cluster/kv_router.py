@@ -157,11 +157,18 @@ class KvAwareSelector:
             seqs.append(seq)
         return costs, seqs
 
-    def choose(self, input_length: int, keys_for, now: int) -> int:
+    def choose(self, input_length: int, keys_for, now: int, candidates: list[int] | None = None) -> int:
+        """The worker for the request; `candidates`: the indices it may go to (None: all)."""
         costs, seqs = self.costs(input_length, keys_for, now)
-        index = self._pick(costs)
+        if candidates is None:
+            index = self._pick(costs)
+        else:
+            index = candidates[self._pick([costs[i] for i in candidates])]
         self._chosen = seqs[index]
         return index
+
+    def add_worker(self) -> None:
+        self.sequences.append(WorkerSequences())
 
     def _pick(self, costs: list[float]) -> int:
         if self.temperature == 0.0:

@@ -54,31 +54,42 @@ class LlmDPicker:
 
     # ------------------------------------------------------------------ scoring
 
-    def scores(self, hashes: list[int], now: int) -> list[float]:
+    def scores(self, hashes: list[int], now: int, candidates: list[int] | None = None) -> list[float]:
+        """Each pod's weighted score; over `candidates` alone, in their order, when given (the
+        scorers normalise over the pods the picker chooses from)."""
         cfg = self.cfg
-        metrics = self.metrics(now)
+        metrics, lru = self.metrics(now), self.lru
+        if candidates is not None:
+            metrics, lru = [metrics[i] for i in candidates], [lru[i] for i in candidates]
         waiting = [q for q, _ in metrics]
         most, fewest = max(waiting), min(waiting)
         totals = []
-        for lru, (queue, usage) in zip(self.lru, metrics):
-            prefix = matched_blocks(lru, hashes) / len(hashes) if hashes else 0.0
+        for pod_lru, (queue, usage) in zip(lru, metrics):
+            prefix = matched_blocks(pod_lru, hashes) / len(hashes) if hashes else 0.0
             queue_score = 1.0 if most == fewest else (most - queue) / (most - fewest)
             totals.append(cfg.prefix_cache_weight * prefix + cfg.queue_weight * queue_score
                           + cfg.kv_cache_utilization_weight * (1.0 - usage)
                           + cfg.load_aware_weight * load_aware(queue, cfg.load_aware_threshold))
         return totals
 
-    def choose(self, trace_request, now: int) -> int:
+    def choose(self, trace_request, now: int, candidates: list[int] | None = None) -> int:
+        """The pod for the request; `candidates`: the indices it may go to (None: all)."""
         hashes = self.prompt_hashes(trace_request)
-        totals = self.scores(hashes, now)
+        totals = self.scores(hashes, now, candidates)
         best = max(totals)
         tied = [i for i, s in enumerate(totals) if s == best]
+        if candidates is not None:
+            tied = [candidates[i] for i in tied]
         self._chosen = hashes
         if len(tied) == 1:
             return tied[0]
         if self._rng is None:
             self._rng = self._rng_source()
         return tied[int(self._rng.integers(len(tied)))]
+
+    def add_worker(self) -> None:
+        self.lru.append(OrderedDict())
+        self._scraped = None   # a new pod: scraped at the next pick
 
     def sent(self, index: int) -> None:
         lru = self.lru[index]

@@ -34,6 +34,8 @@ class Router:
         self._purpose = purpose
         self._rng = None   # made on the first random choice: numpy.random costs start-up time
         self.outstanding = [0] * len(workers)
+        # Which workers may be sent requests (autoscaling: ready replicas only); None: all.
+        self.ready: list[bool] | None = None
         self.selector = None
         if cfg.policy == "kv_aware":
             self.selector = KvAwareSelector(workers, cfg.overlap_weight, cfg.temperature, self._make_rng)
@@ -47,6 +49,8 @@ class Router:
                now: int = 0) -> int:
         """Index of the worker for a request; `keys_for(worker)` gives its prompt's block keys
         there. `now`: the routing instant (what the router's bookkeeping has heard by then)."""
+        if self.ready is not None:   # a pool that grows tracks every request from the start
+            return self._choose_ready(input_length, keys_for, trace_request, now)
         n = len(self.workers)
         if n == 1:
             return 0
@@ -64,14 +68,42 @@ class Router:
             return self.selector.choose(input_length, keys_for, now)
         return self.selector.choose(trace_request, now)
 
+    def _choose_ready(self, input_length: int, keys_for, trace_request, now: int) -> int:
+        """`choose` over the workers `ready` marks: each policy as above, over those alone."""
+        ready = self.ready
+        candidates = [i for i, up in enumerate(ready) if up]
+        if self.policy == "round_robin":
+            while not ready[self._next]:
+                self._next = (self._next + 1) % len(ready)
+            index = self._next
+            self._next = (index + 1) % len(ready)
+            return index
+        if self.policy == "random":
+            if self._rng is None:
+                self._rng = rng_for(self._seed, self._purpose)
+            return candidates[int(self._rng.integers(len(candidates)))]
+        if self.policy == "least_outstanding":
+            return min(candidates, key=lambda i: (self.outstanding[i], i))
+        if self.policy == "kv_aware":
+            return self.selector.choose(input_length, keys_for, now, candidates)
+        return self.selector.choose(trace_request, now, candidates)
+
+    def add_worker(self) -> None:
+        """A worker appended to the pool (`workers` is the role's own list), not ready yet."""
+        self.outstanding.append(0)
+        self.ready.append(False)
+        if self.selector is not None:
+            self.selector.add_worker()
+
     def sent(self, index: int, tokens: int, request=None) -> None:
         self.outstanding[index] += tokens
-        if self.policy == "kv_aware" and len(self.workers) > 1:
+        tracked = len(self.workers) > 1 or self.ready is not None
+        if self.policy == "kv_aware" and tracked:
             self.selector.sent(index, request)
-        elif self.policy == "llm_d" and len(self.workers) > 1:
+        elif self.policy == "llm_d" and tracked:
             self.selector.sent(index)
 
     def returned(self, index: int, tokens: int, request=None) -> None:
         self.outstanding[index] -= tokens
-        if self.policy == "kv_aware" and len(self.workers) > 1:
+        if self.policy == "kv_aware" and (len(self.workers) > 1 or self.ready is not None):
             self.selector.returned(index, request)

@@ -7,7 +7,8 @@ were created:
 1. pass ends: outputs are processed, finished requests are recorded, and a
    closed-loop client sends its next request (stamped at this instant);
 2. frontend arrivals: tokenization, then routing to a worker (or rejection),
-   and KV transfers completing (disaggregated serving);
+   KV transfers completing (disaggregated serving), and an autoscaler's syncs and
+   replicas coming up (cluster/autoscaler.py);
 3. engine arrivals: the request enters the worker's intake;
 4. scheduler calls: a worker reads its intake and commits passes.
 
@@ -61,6 +62,9 @@ class Cluster:
     factories: dict[str, RequestFactory]
     routers: dict[str, Router]
     transfer: TransferSpec | None = None   # disaggregated serving
+    # Roles whose replicas scale (cluster/autoscaler.py): (autoscaler, grow) by role, `grow()`
+    # adding a fresh worker to the role and its router.
+    autoscalers: dict | None = None
 
 
 @dataclass(frozen=True)
@@ -107,6 +111,8 @@ class Simulation:
         self._started = False
         self._inputs_due: list[int] = []     # times of the submits and aborts not yet handled (a heap)
         self._until: int | None = None       # run_until's bound, while stepping
+        self.autoscalers = cluster.autoscalers or {}
+        self._next_sync: int | None = None   # the autoscalers' next sync, while armed
 
     # ------------------------------------------------------------------ scheduling events
 
@@ -131,7 +137,7 @@ class Simulation:
             if self._until is not None and (upcoming is None or self._until < upcoming):
                 return self._until
             return upcoming
-        times = [self._feed_time, worker.next_engine_arrival(), self._until]
+        times = [self._feed_time, worker.next_engine_arrival(), self._until, self._next_sync]
         if self._inputs_due:
             times.append(self._inputs_due[0])
         if self.disaggregation is not None:
@@ -163,6 +169,8 @@ class Simulation:
             self.push(nxt[0], FRONTEND_ARRIVAL, self._on_feed_arrival, nxt[1])
 
     def _on_frontend_arrival(self, now: int, trace_request: TraceRequest) -> None:
+        if self.autoscalers and self._next_sync is None:
+            self._arm_autoscalers(now - now % self._sync_period() + self._sync_period())
         engine_arrival = now + self.request_path.inbound_ns(trace_request.input_length)
         if self.disaggregation is not None:
             self.disaggregation.on_arrival(now, engine_arrival, trace_request)
@@ -217,6 +225,8 @@ class Simulation:
             self.complete(request, done.end_ns)
         if self.disaggregation is not None:
             self.disaggregation.after_pass(worker, done.end_ns)
+        if self.autoscalers:
+            self._after_scaled_pass(worker, done.end_ns)
 
     def complete(self, request: Request, now: int) -> None:
         outbound = self.request_path.outbound_ns
@@ -247,6 +257,8 @@ class Simulation:
             router.returned(index, tokens, request)
         request.finish_ns = now
         self.aborted.append(request)
+        if self.autoscalers:
+            self._after_scaled_pass(worker, now)
 
     # ------------------------------------------------------------------ stepping
 
@@ -323,6 +335,44 @@ class Simulation:
             self._started = True
             self._feed = self.client.initial()
             self._push_next_feed()
+            if self.autoscalers:
+                self._arm_autoscalers(self._sync_period())
+
+    # ------------------------------------------------------------------ autoscaling
+
+    def _sync_period(self) -> int:
+        return next(iter(self.autoscalers.values()))[0].period_ns
+
+    def _arm_autoscalers(self, at: int) -> None:
+        self._next_sync = at
+        for scaler, grow in self.autoscalers.values():
+            self.push(at, FRONTEND_ARRIVAL, self._on_autoscale_sync, (scaler, grow))
+
+    def _on_autoscale_sync(self, now: int, arg) -> None:
+        """An HPA sync (cluster/autoscaler.py); the next one follows while anything is left to
+        happen, and after a pause, at the first period boundary after the next arrival."""
+        scaler, grow = arg
+        self._next_sync = None
+        for index in scaler.sync(now, lambda: self._grow(grow)):
+            self.push(now + scaler.provision_ns, FRONTEND_ARRIVAL, self._on_replica_ready, (scaler, index))
+        for index in scaler.draining():
+            scaler.maybe_remove(index, now)
+        if self._heap:
+            self._arm_autoscalers(now + scaler.period_ns)
+
+    def _grow(self, grow) -> int:
+        worker = grow()
+        worker.attach(self)
+        return worker.index
+
+    def _on_replica_ready(self, now: int, arg) -> None:
+        scaler, index = arg
+        scaler.on_ready(index, now)
+
+    def _after_scaled_pass(self, worker: Worker, now: int) -> None:
+        entry = self.autoscalers.get(worker.role)
+        if entry is not None:
+            entry[0].maybe_remove(worker.index, now)
 
     def run(self, progress: ProgressFn | None = None, progress_every_s: float = 0.2) -> None:
         """Go on to the end: until no event is left."""

@@ -18,6 +18,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from servesim.config.autoscaling import check_autoscaling
 from servesim.config.errors import _describe, error_sentence, scheduler_fault_sentence
 from servesim.config.schema import SCHEDULER_FAULTS, SchedulerFault, SimulationConfig
 from servesim.engine.registry import BACKENDS, get_backend
@@ -101,6 +102,7 @@ def _check_roles(config: SimulationConfig, faults: dict[str, SchedulerFault],
         if role in faults:
             raise ServesimError(scheduler_fault_sentence(faults[role], backend, source_of))
         backend.check_role(role_cfg, where, source_of)
+        check_autoscaling(role, role_cfg, source_of)
         where_role = where.rsplit(".", 1)[0]
         if role_cfg.kv_offload is not None:
             if not backend.kv_offload:

@@ -46,11 +46,11 @@ def resolve(loaded: LoadedConfig) -> RunSpec:
         check_parallelism(f"engine.workers.{role}", model.arch, role_gpu, tp=role_cfg.tp,
                           attention_dp=role_cfg.attention_dp, ep=role_cfg.ep, pp=role_cfg.pp,
                           node_gpus=role_cfg.gpus_per_node)
-        if role_cfg.pp != 1:
-            raise ServesimError(f"engine.workers.{role}.pp: pipeline parallelism is not modelled yet; use pp: 1")
+        if role_cfg.pp != 1 and backend.pp_refusal is not None:
+            raise ServesimError(f"engine.workers.{role}.pp: {backend.pp_refusal}; use pp: 1")
         deployment = deployments[role] = Deployment(model.arch, role_gpu, precision, kv_dtype,
                                                     tp=role_cfg.tp, attention_dp=role_cfg.attention_dp,
-                                                    ep=role_cfg.ep)
+                                                    ep=role_cfg.ep, pp=role_cfg.pp)
         # The engine's own defaults for every null (engine/<backend>/defaults.py).
         role_cfg.scheduler = backend.resolve_scheduler(role_cfg.scheduler, where, role_gpu, model, deployment,
                                                        role_cfg, role)

@@ -49,6 +49,7 @@ class RoleSpec:
     deployment: Deployment
     speculative: SpeculativeConfig | None   # None: no speculative decoding
     kv_offload: KvOffloadConfig | None      # None: no host-memory tier
+    autoscaling: Any = None                 # config/autoscaling.py's AutoscalingConfig; None: `count` fixed
 
     @property
     def gpus(self) -> int:
@@ -126,7 +127,7 @@ def _role(name: str, cfg: RoleConfig, deployment: Deployment) -> RoleSpec:
     if cfg.gpus_per_node is None:
         raise AssertionError(f"engine.workers.{name}.gpus_per_node was not resolved (a servesim bug)")
     return RoleSpec(name, cfg.count, cfg.tp, cfg.pp, cfg.ep, cfg.attention_dp, cfg.gpus_per_node, cfg.scheduler,
-                    deployment, cfg.speculative, cfg.kv_offload)
+                    deployment, cfg.speculative, cfg.kv_offload, cfg.autoscaling)
 
 
 def _check_scheduler(sched: Any, where: str) -> None:

@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_serializer, model_validator
 
+from servesim.config.autoscaling import AutoscalingConfig
 from servesim.config.cost import CostConfig
 from servesim.config.sessions import PrefixRepetition, SessionsConfig, check_prefix_repetition, check_sessions_client
 from servesim.config.router_config import RouterConfig  # noqa: F401 (re-exported)
@@ -180,7 +181,7 @@ class KvOffloadConfig(StrictModel):
 class RoleConfig(StrictModel):
     count: PositiveInt = 1
     tp: PositiveInt = 1              # tensor parallelism
-    pp: PositiveInt = 1              # pipeline parallelism (only 1 is modelled)
+    pp: PositiveInt = 1              # pipeline parallelism (vLLM; SGLang and TensorRT-LLM: only 1)
     attention_dp: PositiveInt = 1    # data-parallel attention ranks (each its own KV cache and batch)
     ep: PositiveInt = 1              # expert parallelism, over the worker's tp × attention_dp GPUs
     # The most GPUs one worker (tp × attention_dp × pp) may span; null: the GPU's NVLink domain
@@ -196,6 +197,15 @@ class RoleConfig(StrictModel):
     scheduler: SchedulerConfig | None = None
     speculative: SpeculativeConfig | None = None
     kv_offload: KvOffloadConfig | None = None
+    autoscaling: AutoscalingConfig | None = None   # config/autoscaling.py; count: the replicas at start
+
+    @model_serializer(mode="wrap")
+    def _omit_absent_autoscaling(self, handler):
+        # Written only when given: fixed fleets dump (and hash) as before.
+        data = handler(self)
+        if self.autoscaling is None and isinstance(data, dict):
+            data.pop("autoscaling", None)
+        return data
 
 
 class WorkersConfig(StrictModel):

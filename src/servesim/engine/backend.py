@@ -124,6 +124,9 @@ class Backend:
     # Checks of one role's settings that depend on this engine: (role_cfg, where, source_of).
     check_role: Callable[[Any, str, Callable[[str], str]], None] = _no_role_rule
     kv_offload: bool = True            # a host-memory tier under the prefix cache is modelled
+    # Why pp > 1 is refused for this engine, in words (None: its pipeline loop is modelled,
+    # engine/pipeline.py).
+    pp_refusal: str | None = "pipeline parallelism is not modelled for this engine"
     timing_profile: str = ""           # fitted roofline profiles are keyed "<gpu>/<timing_profile>"
     aic_backend: str | None = None     # aiconfigurator-core's name for the engine (timing kind aic)
     # The largest pass with prefill work (tokens) it replays from CUDA graphs; larger ones run

@@ -1,9 +1,12 @@
 """A model placed on GPUs: bytes per GPU, KV cache per token, and how many KV blocks fit.
 
-One worker spans tp × attention_dp GPUs (pp is 1). Attention and dense weights
-are sharded tp ways and replicated on each attention-DP rank; routed experts are
-spread over all the worker's GPUs (ep ranks, each expert sharded over the
-remaining tp × attention_dp / ep). Each attention-DP rank keeps its own KV cache.
+One worker spans tp × attention_dp GPUs per pipeline stage, pp stages. Attention and dense
+weights are sharded tp ways and replicated on each attention-DP rank; routed experts are
+spread over the stage's GPUs (ep ranks, each expert sharded over the remaining
+tp × attention_dp / ep). Each attention-DP rank keeps its own KV cache. Under pipeline
+parallelism each stage holds its share of the layers (vLLM's `get_pp_indices` splits them
+evenly; a GPU is sized for the largest share, ceil(layers / pp)), their weights and their KV
+cache; the first stage holds the embedding, the last the LM head (both when they are tied).
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ class Deployment:
     tp: int = 1
     attention_dp: int = 1
     ep: int = 1
+    pp: int = 1
 
     def __post_init__(self) -> None:
         if (self.tp * self.attention_dp) % self.ep:
@@ -91,26 +95,33 @@ class Deployment:
         return 2 * self.kv_heads_per_gpu * self.arch.head_dim
 
     def kv_bytes_per_token_per_gpu(self) -> float:
-        return self.arch.attention_layers * self.kv_elements_per_token_layer_per_gpu() * self.kv_bytes
+        return self.stage_share(self.arch.attention_layers) * self.kv_elements_per_token_layer_per_gpu() * self.kv_bytes
+
+    def stage_share(self, layers: int) -> int:
+        """Of `layers` layers, those the most loaded pipeline stage holds (all of them at pp 1)."""
+        return -(-layers // self.pp)
 
     # ------------------------------------------------------------------ weights
 
     def dense_weight_params_per_gpu(self) -> float:
         """Attention, dense MLP and shared-expert weights one GPU holds (tp-sharded)."""
         arch = self.arch
-        attention = (arch.attention_layers * arch.attention_params()
-                     + arch.linear_layers * arch.linear_attention_params())
-        dense = arch.dense_layers * arch.dense_mlp_params()
-        shared = arch.moe_layers * (arch.shared_expert_params() + arch.hidden * arch.experts)
+        share = self.stage_share
+        attention = (share(arch.attention_layers) * arch.attention_params()
+                     + share(arch.linear_layers) * arch.linear_attention_params())
+        dense = share(arch.dense_layers) * arch.dense_mlp_params()
+        shared = share(arch.moe_layers) * (arch.shared_expert_params() + arch.hidden * arch.experts)
         return (attention + dense + shared) / self.tp
 
     def expert_params_per_gpu(self) -> float:
         arch = self.arch
-        return arch.moe_layers * arch.experts * arch.expert_params() / self.gpus
+        return self.stage_share(arch.moe_layers) * arch.experts * arch.expert_params() / self.gpus
 
     def embedding_params_per_gpu(self) -> float:
         arch = self.arch
         head = 0 if arch.tied_embeddings else arch.lm_head_params()
+        if self.pp > 1:   # the embedding on the first stage, the LM head on the last
+            return max(arch.embedding_params(), head or arch.embedding_params()) / self.tp
         return (arch.embedding_params() + head) / self.tp
 
     def weight_bytes_per_gpu(self) -> float:
@@ -146,14 +157,18 @@ class Deployment:
 
     @property
     def placement(self) -> str:
-        return f"{self.arch.name} in {self.precision} on {self.gpu.name} at tp={self.tp}"
+        return f"{self.arch.name} in {self.precision} on {self.gpu.name} at {self._at}"
+
+    @property
+    def _at(self) -> str:
+        return f"tp={self.tp}" if self.pp == 1 else f"tp={self.tp}, pp={self.pp}"
 
     def check_weights_fit(self) -> None:
         """The weights alone must fit in one GPU's memory, whatever the KV cache settings say."""
         weights, memory = self.weight_bytes_per_gpu(), self.gpu.memory_gib * GIB
         if weights >= memory:
             raise ServesimError(
-                f"{self.arch.name} in {self.precision} does not fit on {self.gpu.name} at tp={self.tp}: its "
+                f"{self.arch.name} in {self.precision} does not fit on {self.gpu.name} at {self._at}: its "
                 f"weights alone take {gib(weights)} per GPU, {gib(weights - memory)} more than the {gib(memory)} of "
                 f"one {self.gpu.name}; raise tp or use a smaller precision"
             )

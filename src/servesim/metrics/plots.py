@@ -234,7 +234,9 @@ def plot_worker_timeline(worker: str, timeline: dict[str, list], path: Path, sub
 def run_plot_names(result) -> list[str]:
     """The files `plot_run` writes for this result."""
     sessions = ["ttft_by_turn.png"] if getattr(result, "sessions", None) is not None else []
-    return ["ttft_cdf.png", "tpot_cdf.png", *sessions, *(f"timeline_{worker}.png" for worker in result.timelines)]
+    scaled = [f"autoscaling_{role}.png" for role in result.summary.get("autoscaling", {})]
+    return ["ttft_cdf.png", "tpot_cdf.png", *sessions, *scaled,
+            *(f"timeline_{worker}.png" for worker in result.timelines)]
 
 
 def plot_run(result, paths: dict[str, Path]) -> dict[str, dict]:
@@ -254,6 +256,12 @@ def plot_run(result, paths: dict[str, Path]) -> dict[str, dict]:
         from servesim.metrics.session_plots import plot_ttft_by_turn
 
         data["ttft_by_turn.png"] = plot_ttft_by_turn(result.summary["sessions"], paths["ttft_by_turn.png"], subtitle)
+    for role, scaled in result.summary.get("autoscaling", {}).items():
+        from servesim.metrics.autoscaling_plots import plot_autoscaling
+
+        period_s = cfg.engine.roles()[role].autoscaling.sync_period_s
+        name = f"autoscaling_{role}.png"
+        data[name] = plot_autoscaling(role, scaled, result.requests, period_s, paths[name], subtitle, warmup)
     for worker, timeline in result.timelines.items():
         name = f"timeline_{worker}.png"
         data[name] = plot_worker_timeline(worker, timeline, paths[name], subtitle,

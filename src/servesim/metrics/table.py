@@ -93,7 +93,8 @@ def print_summary(summary: dict, config: SimulationConfig, stderr: bool = False)
     from rich.console import Console
     from rich.markup import escape
 
-    fleet = " + ".join(f"{role.count}x {name} (tp={role.tp}{role_hardware(role)})"
+    fleet = " + ".join(f"{role.count}x {name} (tp={role.tp}{f', pp={role.pp}' if role.pp > 1 else ''}"
+                       f"{role_hardware(role)})"
                        for name, role in config.engine.roles().items())
     console = Console(highlight=False, stderr=stderr)
     console.print(f"{config.model} on {config.gpu}: {fleet}, {config.engine.backend}, "

@@ -70,6 +70,9 @@ SGLANG = Backend(
     sweep_knobs=("max_running_requests", "chunked_prefill_size", "context_length"),
     kv_full_sequence_admission=False,   # SGLang budgets admission itself (its new-token ratio)
     kv_offload=True,                    # HiCache
+    pp_refusal=("pipeline parallelism is not modelled for SGLang: it runs a separate scheduler loop for it "
+                "(Scheduler.event_loop_pp, one micro-batch per stage, each stage notified by the one "
+                "before), whose admission servesim does not follow yet"),
     # 0.5.9 server_args: enable_piecewise_cuda_graph defaults to False, so extend (prefill)
     # batches run eagerly; decode batches replay CUDA graphs.
     # sglang_router's mini_lb sends each request to a prefill and a decode server at once.

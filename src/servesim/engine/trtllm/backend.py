@@ -89,6 +89,9 @@ TRTLLM = Backend(
     rejection_text=rejection_text,
     rejection_summary=rejection_summary,
     kv_offload=False,
+    pp_refusal=("pipeline parallelism is not modelled for TensorRT-LLM: its executor runs a separate "
+                "loop for it (PyExecutor._executor_loop_pp, pp micro-batches scheduled in turn), whose "
+                "admission servesim does not follow yet"),
     # PyTorchModelEngine: CUDA graphs cover generation-only batches; a batch with context
     # requests runs eagerly unless piecewise graphs are turned on (off by default).
     # TensorRT-LLM 1.x trtllm-serve: OpenAIServer, GenerationExecutorProxy → worker (ZMQ),

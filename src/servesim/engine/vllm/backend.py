@@ -39,6 +39,12 @@ def _check_role(role_cfg, where: str, source_of) -> None:
             "with ngram speculative decoding (vLLM runs ngram drafts synchronously); leave it unset or "
             "set it to false"
         )
+    if role_cfg.scheduler.async_scheduling is True and role_cfg.pp > 1:
+        raise ServesimError(
+            f"{source_of(f'{where}.async_scheduling')}: {where}.async_scheduling: true cannot be combined "
+            f"with pp {role_cfg.pp} (servesim models vLLM's pipeline batch queue without async scheduling's "
+            "output placeholders); leave it unset or set it to false"
+        )
 
 
 def _carry_write_extra(concepts: dict, origin: dict, kept: dict, out: dict) -> list[str]:
@@ -80,6 +86,7 @@ VLLM = Backend(
     kv_watermark_blocks=_watermark_blocks,
     check_role=_check_role,
     kv_offload=True,
+    pp_refusal=None,   # the batch queue of depth pp (engine/pipeline.py, docs/modeling/vllm.md)
     # vLLM 0.32: OpenAIServingCompletion.create_completion, AsyncLLM.add_request and
     # InputProcessor.process_inputs, AsyncMPClient → EngineCoreProc over ZMQ; the engine core
     # hands requests to its workers itself, inside the pass (docs/modeling/request_path.md).

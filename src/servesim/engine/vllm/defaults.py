@@ -51,14 +51,14 @@ def vllm_serving_defaults(gpu: GpuSpec) -> tuple[int, int]:
 
 
 def resolve_vllm(sched: VllmSchedulerConfig, where: str, gpu: GpuSpec, model: ModelSpec,
-                  ngram: bool, deployment: Deployment, utilization: float,
+                  synchronous: bool, deployment: Deployment, utilization: float,
                   speculative_tokens: int = 0) -> VllmSchedulerConfig:
     default_seqs, default_tokens = vllm_serving_defaults(gpu)
     max_num_seqs = sched.max_num_seqs or default_seqs
     max_num_batched_tokens = sched.max_num_batched_tokens or default_tokens
     max_model_len = sched.max_model_len or model.context_length
-    # vLLM turns async scheduling on by default, except with ngram drafts.
-    async_scheduling = (not ngram) if sched.async_scheduling is None else sched.async_scheduling
+    # vLLM turns async scheduling on by default, except with ngram drafts (and servesim at pp > 1).
+    async_scheduling = (not synchronous) if sched.async_scheduling is None else sched.async_scheduling
     # vLLM checks its arguments (SchedulerConfig) before it profiles memory.
     if not sched.enable_chunked_prefill and max_num_batched_tokens < max_model_len:
         raise ServesimError(
@@ -105,5 +105,9 @@ def resolve_scheduler(sched: VllmSchedulerConfig, where: str, gpu: GpuSpec, mode
                       deployment: Deployment, role_cfg, role: str) -> VllmSchedulerConfig:
     """The registry's entry point (engine/backend.py's `resolve_scheduler`)."""
     ngram = role_cfg.speculative is not None and role_cfg.speculative.method == "ngram"
+    # At pp > 1 servesim runs the batch queue without async scheduling's output placeholders
+    # (docs/modeling/vllm.md, "Pipeline parallelism"), so null resolves to off there.
+    synchronous = ngram or role_cfg.pp > 1
     drafts = role_cfg.speculative.num_speculative_tokens if role_cfg.speculative is not None else 0
-    return resolve_vllm(sched, where, gpu, model, ngram, deployment, role_cfg.gpu_memory_utilization, drafts)
+    return resolve_vllm(sched, where, gpu, model, synchronous, deployment, role_cfg.gpu_memory_utilization,
+                        drafts)

@@ -1,0 +1,52 @@
+"""`engine.workers.<role>.autoscaling`: replicas added and removed from observed load, as a
+Kubernetes HorizontalPodAutoscaler scales a Deployment (docs/fleets.md, "Autoscaling")."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import model_validator
+
+from servesim.errors import ServesimError
+from servesim.schema_base import NonNegativeFloat, PositiveFloat, PositiveInt, StrictModel
+
+
+class AutoscalingConfig(StrictModel):
+    # The per-replica metric, averaged over the ready replicas at each sync, as vLLM's /metrics
+    # gauges give it: requests waiting (vllm:num_requests_waiting), requests in the engine
+    # (running + waiting) or the KV cache's used fraction (vllm:kv_cache_usage_perc).
+    metric: Literal["queue_length", "in_flight", "kv_utilization"]
+    target: PositiveFloat                       # the metric's target average value per replica
+    min_replicas: PositiveInt = 1
+    max_replicas: PositiveInt
+    # The HPA's defaults: --horizontal-pod-autoscaler-sync-period 15 s, --horizontal-pod-
+    # autoscaler-tolerance 0.1, behavior.scaleDown.stabilizationWindowSeconds 300.
+    sync_period_s: PositiveFloat = 15.0
+    tolerance: NonNegativeFloat = 0.1
+    scale_down_stabilization_s: NonNegativeFloat = 300.0
+    # A new replica is ready after each GPU has loaded its weights at this rate, plus the
+    # engine's start-up (process start, memory profiling, CUDA graph capture).
+    load_bandwidth_gb_s: PositiveFloat = 5.0
+    startup_s: NonNegativeFloat = 30.0
+
+    @model_validator(mode="after")
+    def _bounds(self) -> AutoscalingConfig:
+        if self.max_replicas < self.min_replicas:
+            raise ValueError(f"max_replicas ({self.max_replicas}) must be at least min_replicas "
+                             f"({self.min_replicas})")
+        return self
+
+
+def check_autoscaling(role: str, role_cfg, source_of) -> None:
+    """One sentence when a role's autoscaling cannot run as given."""
+    cfg = role_cfg.autoscaling
+    if cfg is None:
+        return
+    where = f"engine.workers.{role}"
+    if role != "aggregated":
+        raise ServesimError(f"{source_of(where + '.autoscaling')}: {where}.autoscaling is modelled for "
+                            "engine.workers.aggregated only (prefill/decode pools keep their count)")
+    if not cfg.min_replicas <= role_cfg.count <= cfg.max_replicas:
+        raise ServesimError(f"{source_of(where + '.count')}: {where}.count ({role_cfg.count}) is the replicas "
+                            f"at start and must lie within autoscaling's min_replicas ({cfg.min_replicas}) and "
+                            f"max_replicas ({cfg.max_replicas})")
