@@ -23,7 +23,8 @@ class SglangSchedulerConfig(StrictModel):
     context_length: PositiveInt | None = None         # null: the model's
     schedule_policy: Literal["fcfs", "lpm"] = "fcfs"
     # null: the radix cache is on, except on P/D decode workers, where SGLang forces a plain
-    # chunk cache unless --disaggregation-decode-enable-radix-cache (false here turns it on there).
+    # chunk cache (0.5.9 always; later versions unless --disaggregation-decode-enable-radix-cache);
+    # false here turns it on there.
     disable_radix_cache: bool | None = None
     disable_overlap_schedule: bool | None = None      # null: off, but on (no overlap) with speculative decoding
     enable_mixed_chunk: bool = False
