@@ -22,13 +22,11 @@ names no earlier line (which also rules out cycles).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
-from servesim.workload.clients import Client
-from servesim.workload.session_trace import _hash_ids, _ms, _row, _text, delay_scale, scaled
-from servesim.workload.sessions import first_turn_client
-from servesim.workload.trace import ENCODING, TraceError, TraceRequest, _json_int
+from servesim.workload.session_trace import FollowUpTraceClient, _row, _text, scaled
+from servesim.workload.trace import (ENCODING, TraceError, TraceRequest, _json_int, hash_ids_of,
+                                     milliseconds_ns)
 
 KEYS = {"request_id", "input_length", "output_length", "hash_ids", "session_id", "timestamp", "wait_for", "delay",
         "tool_wait_ms"}
@@ -67,8 +65,8 @@ def read_agentic_trace(path: Path, limit: int | None) -> list[TraceRequest]:
             if name in index:
                 raise TraceError(f"{where}: request_id {name!r} is on an earlier line too")
             parents = _wait_for(row, index, where)
-            timestamp = _ms(row, "timestamp", where)
-            waits = [_ms(row, key, where) for key in ("delay", "tool_wait_ms")]
+            timestamp = milliseconds_ns(row, "timestamp", where)
+            waits = [milliseconds_ns(row, key, where) for key in ("delay", "tool_wait_ms")]
             if parents and timestamp is not None:
                 raise TraceError(f"{where}: a row with wait_for is sent after what it waits for; it takes no "
                                  "timestamp")
@@ -80,12 +78,13 @@ def read_agentic_trace(path: Path, limit: int | None) -> list[TraceRequest]:
                 request_id=len(out), arrival_ns=timestamp,
                 input_length=_json_int(row.get("input_length"), "input_length", where),
                 output_length=_json_int(row.get("output_length"), "output_length", where),
-                hash_ids=_hash_ids(row, where), session_id=_text(row, "session_id", where), trace_id=name,
+                hash_ids=hash_ids_of(row.get("hash_ids"), where), session_id=_text(row, "session_id", where),
+                trace_id=name,
                 delay_ns=sum(w or 0 for w in waits) if parents else None, parents=parents or None))
     return out
 
 
-class AgenticClient(Client):
+class AgenticClient(FollowUpTraceClient):
     """Roots by the client; each other request when its last parent is done, plus its delay."""
 
     def __init__(self, requests: list[TraceRequest], client_cfg, root_seed: int) -> None:
@@ -93,21 +92,10 @@ class AgenticClient(Client):
         self._children: dict[int, list[int]] = {}
         self._waiting = {r.request_id: len(r.parents) for r in requests if r.parents}
         self._ready_at: dict[int, int] = {}
-        self._scale = delay_scale(client_cfg)
         for request in requests:
             for parent in request.parents or ():
                 self._children.setdefault(parent, []).append(request.request_id)
-        roots = [r for r in requests if not r.parents]
-        self._inner = first_turn_client(client_cfg, roots, root_seed, len(roots))
-        admit = getattr(self._inner, "admit", None)
-        if admit is not None:   # the simulation looks the hook up: set only when there is one
-            self.admit = admit
-
-    def initial(self) -> Iterator[tuple[int, TraceRequest]]:
-        return self._inner.initial()
-
-    def on_complete(self, time_ns: int) -> TraceRequest | None:
-        return self._inner.on_complete(time_ns)
+        self._send_first([r for r in requests if not r.parents], client_cfg, root_seed)
 
     def follow_ups(self, request_id: int, outputs: int, rejected: bool,
                    time_ns: int) -> list[tuple[int, TraceRequest]]:

@@ -20,53 +20,19 @@ modelled: they are refused like any unknown field, naming the line.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 
-from servesim.limits import MAX_HASH_IDS, check_time_ms
 from servesim.workload.clients import Client
 from servesim.workload.sessions import SessionLog, first_turn_client
-from servesim.workload.trace import ENCODING, NS_PER_MS, TraceError, TraceRequest, _json_int
+from servesim.workload.trace import (ENCODING, TraceError, TraceRequest, _json_int, hash_ids_of, json_row,
+                                     milliseconds_ns)
 
 KEYS = {"timestamp", "input_length", "output_length", "hash_ids", "session_id", "request_id", "delay"}
-_INT_TYPE = {int}
-
-
-def _ms(row: dict, name: str, where: str) -> int | None:
-    value = row.get(name)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or value < 0:
-        raise TraceError(f"{where}: {name} must be a non-negative number of milliseconds, got {value!r}")
-    check_time_ms(value, f"{where}: {name}")
-    return value * NS_PER_MS if isinstance(value, int) else round(value * NS_PER_MS)
-
-
-def _hash_ids(row: dict, where: str) -> tuple[int, ...] | None:
-    hash_ids = row.get("hash_ids")
-    if hash_ids is None:
-        return None
-    if not isinstance(hash_ids, list) or not set(map(type, hash_ids)) <= _INT_TYPE:
-        raise TraceError(f"{where}: hash_ids must be a list of integers")
-    if len(hash_ids) > MAX_HASH_IDS:
-        raise TraceError(f"{where}: hash_ids lists {len(hash_ids):,} blocks; servesim's limit is {MAX_HASH_IDS:,}")
-    return tuple(hash_ids)
 
 
 def _row(line: str, where: str, keys: set[str] | None = None, fmt: str = "mooncake-sessions") -> dict:
-    try:
-        row = json.loads(line)
-    except json.JSONDecodeError as err:
-        raise TraceError(f"{where}: invalid JSON ({err.msg})") from None
-    except RecursionError:
-        raise TraceError(f"{where}: invalid JSON (nested too deeply)") from None
-    if not isinstance(row, dict):
-        raise TraceError(f"{where}: expected a JSON object")
-    unknown = sorted(set(row) - (KEYS if keys is None else keys))
-    if unknown:
-        raise TraceError(f"{where}: unknown field {unknown[0]!r} for format {fmt}")
-    return row
+    return json_row(line, where, KEYS if keys is None else keys, fmt)
 
 
 def _text(row: dict, name: str, where: str) -> str | None:
@@ -107,7 +73,7 @@ def read_session_trace(path: Path, limit: int | None) -> list[TraceRequest]:
             row = _row(line, where)
             session = _text(row, "session_id", where)
             later = session is not None and session in last
-            timestamp, delay = _ms(row, "timestamp", where), _ms(row, "delay", where)
+            timestamp, delay = milliseconds_ns(row, "timestamp", where), milliseconds_ns(row, "delay", where)
             if not later and delay:
                 raise TraceError(f"{where}: the first turn of a session has a delay; it is sent at its "
                                  "timestamp (or by the client)")
@@ -118,7 +84,8 @@ def read_session_trace(path: Path, limit: int | None) -> list[TraceRequest]:
                 request_id=len(out), arrival_ns=None if later else timestamp,
                 input_length=_json_int(row.get("input_length"), "input_length", where),
                 output_length=_json_int(row.get("output_length"), "output_length", where),
-                hash_ids=_hash_ids(row, where), session_id=session, trace_id=_text(row, "request_id", where),
+                hash_ids=hash_ids_of(row.get("hash_ids"), where), session_id=session,
+                trace_id=_text(row, "request_id", where),
                 delay_ns=after))
     return out
 
@@ -152,7 +119,26 @@ def scaled(delay_ns: int, scale: float) -> int:
     return delay_ns if scale == 1.0 else round(delay_ns * scale)
 
 
-class TraceSessionClient(Client):
+class FollowUpTraceClient(Client):
+    """A trace whose first requests the configured client sends and whose others follow requests
+    that finished (`follow_ups`, in the subclass): the first ones' client is wrapped, its
+    admission hook passed on, and delays after a predecessor scaled as `delay_scale` says."""
+
+    def _send_first(self, firsts: list[TraceRequest], client_cfg, root_seed: int) -> None:
+        self._scale = delay_scale(client_cfg)
+        self._inner = first_turn_client(client_cfg, firsts, root_seed, len(firsts))
+        admit = getattr(self._inner, "admit", None)
+        if admit is not None:   # the simulation looks the hook up: set only when there is one
+            self.admit = admit
+
+    def initial(self) -> Iterator[tuple[int, TraceRequest]]:
+        return self._inner.initial()
+
+    def on_complete(self, time_ns: int) -> TraceRequest | None:
+        return self._inner.on_complete(time_ns)
+
+
+class TraceSessionClient(FollowUpTraceClient):
     """A session trace's first turns by the client; each later turn its delay after the one before."""
 
     def __init__(self, requests: list[TraceRequest], client_cfg, root_seed: int) -> None:
@@ -167,17 +153,7 @@ class TraceSessionClient(Client):
             if request.session_id is not None:
                 last[request.session_id] = request.request_id
         self.session_log = _log(requests)
-        self._scale = delay_scale(client_cfg)
-        self._inner = first_turn_client(client_cfg, firsts, root_seed, len(firsts))
-        admit = getattr(self._inner, "admit", None)
-        if admit is not None:   # the simulation looks the hook up: set only when there is one
-            self.admit = admit
-
-    def initial(self) -> Iterator[tuple[int, TraceRequest]]:
-        return self._inner.initial()
-
-    def on_complete(self, time_ns: int) -> TraceRequest | None:
-        return self._inner.on_complete(time_ns)
+        self._send_first(firsts, client_cfg, root_seed)
 
     def follow_ups(self, request_id: int, outputs: int, rejected: bool,
                    time_ns: int) -> list[tuple[int, TraceRequest]]:

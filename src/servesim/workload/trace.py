@@ -135,6 +135,45 @@ _SERVESIM_KEYS = _JSONL_KEYS | {"request_id", "session_id"}
 _INT_TYPE = {int}
 
 
+def json_row(line: str, where: str, allowed: set[str], fmt: str) -> dict:
+    """One JSON-lines row of a trace: an object with no key outside `allowed`."""
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as err:
+        raise TraceError(f"{where}: invalid JSON ({err.msg})") from None
+    except RecursionError:
+        raise TraceError(f"{where}: invalid JSON (nested too deeply)") from None
+    if not isinstance(row, dict):
+        raise TraceError(f"{where}: expected a JSON object")
+    unknown = sorted(set(row) - allowed)
+    if unknown:
+        raise TraceError(f"{where}: unknown field {unknown[0]!r} for format {fmt}")
+    return row
+
+
+def milliseconds_ns(row: dict, name: str, where: str) -> int | None:
+    """A row's non-negative milliseconds field in ns (None when absent)."""
+    value = row.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or value < 0:
+        raise TraceError(f"{where}: {name} must be a non-negative number of milliseconds, got {value!r}")
+    check_time_ms(value, f"{where}: {name}")
+    return value * NS_PER_MS if isinstance(value, int) else round(value * NS_PER_MS)
+
+
+def hash_ids_of(hash_ids: object, where: str) -> tuple[int, ...] | None:
+    """A row's block hashes (None when absent), within servesim's limit."""
+    if hash_ids is None:
+        return None
+    # Types read in C (a bool's type is bool, so true/false are refused too).
+    if not isinstance(hash_ids, list) or not set(map(type, hash_ids)) <= _INT_TYPE:
+        raise TraceError(f"{where}: hash_ids must be a list of integers")
+    if len(hash_ids) > MAX_HASH_IDS:
+        raise TraceError(f"{where}: hash_ids lists {len(hash_ids):,} blocks; servesim's limit is {MAX_HASH_IDS:,}")
+    return tuple(hash_ids)
+
+
 def _read_jsonl(path: Path, fmt: str, limit: int | None) -> list[TraceRequest]:
     allowed = _SERVESIM_KEYS if fmt == "servesim-jsonl" else _JSONL_KEYS
     out: list[TraceRequest] = []
@@ -146,33 +185,11 @@ def _read_jsonl(path: Path, fmt: str, limit: int | None) -> list[TraceRequest]:
             if not line:
                 continue
             where = f"{path} line {line_no}"
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise TraceError(f"{where}: invalid JSON ({err.msg})") from None
-            except RecursionError:
-                raise TraceError(f"{where}: invalid JSON (nested too deeply)") from None
-            if not isinstance(row, dict):
-                raise TraceError(f"{where}: expected a JSON object")
-            unknown = sorted(set(row) - allowed)
-            if unknown:
-                raise TraceError(f"{where}: unknown field {unknown[0]!r} for format {fmt}")
-            ts = row.get("timestamp")
-            if ts is None:
+            row = json_row(line, where, allowed, fmt)
+            arrival = milliseconds_ns(row, "timestamp", where)
+            if arrival is None:
                 raise TraceError(f"{where}: timestamp is required")
-            if isinstance(ts, bool) or not isinstance(ts, (int, float)) or ts != ts or ts < 0:
-                raise TraceError(f"{where}: timestamp must be a non-negative number of milliseconds, got {ts!r}")
-            check_time_ms(ts, f"{where}: timestamp")
-            arrival = ts * NS_PER_MS if isinstance(ts, int) else round(ts * NS_PER_MS)
-            hash_ids = row.get("hash_ids")
-            if hash_ids is not None:
-                # Types read in C (a bool's type is bool, so true/false are refused too).
-                if not isinstance(hash_ids, list) or not set(map(type, hash_ids)) <= _INT_TYPE:
-                    raise TraceError(f"{where}: hash_ids must be a list of integers")
-                if len(hash_ids) > MAX_HASH_IDS:
-                    raise TraceError(f"{where}: hash_ids lists {len(hash_ids):,} blocks; servesim's limit is "
-                                     f"{MAX_HASH_IDS:,}")
-                hash_ids = tuple(hash_ids)
+            hash_ids = hash_ids_of(row.get("hash_ids"), where)
             session = row.get("session_id")
             out.append(TraceRequest(
                 request_id=len(out),

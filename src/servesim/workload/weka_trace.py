@@ -42,8 +42,8 @@ import json
 import math
 from pathlib import Path
 
-from servesim.limits import MAX_HASH_IDS, check_tokens
-from servesim.workload.trace import ENCODING, NS_PER_S, TraceError, TraceRequest
+from servesim.limits import check_tokens
+from servesim.workload.trace import ENCODING, NS_PER_S, TraceError, TraceRequest, hash_ids_of
 
 FORMAT = "weka-trace"
 TRACE_KEYS = {"id", "models", "block_size", "hash_id_scope", "tool_tokens", "system_tokens", "requests", "totals"}
@@ -187,11 +187,7 @@ class _Builder:
              ready: float | None) -> int:
         _keys(entry, REQUEST_KEYS | ({"ttft"} if entry.get("type") == "s" else set()), where, "a request")
         _seconds(entry, "api_time", where)
-        hash_ids = entry.get("hash_ids", [])
-        if not isinstance(hash_ids, list) or not all(isinstance(h, int) and not isinstance(h, bool) for h in hash_ids):
-            raise TraceError(f"{where}: hash_ids must be a list of integers")
-        if len(hash_ids) > MAX_HASH_IDS:
-            raise TraceError(f"{where}: hash_ids lists {len(hash_ids):,} blocks; servesim's limit is {MAX_HASH_IDS:,}")
+        hash_ids = hash_ids_of(entry.get("hash_ids", []), where)
         rid = len(self.out)
         parents = tuple(dict.fromkeys(parents))
         self.out.append(TraceRequest(
