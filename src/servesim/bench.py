@@ -141,8 +141,8 @@ class Measurement:
     cpu_s: float = 0.0   # user + system time of the process
 
 
-def run_once(config_path: Path, out_dir: Path) -> Measurement:
-    cmd = [sys.executable, "-m", "servesim", "run", str(config_path), "-q", "--out", str(out_dir)]
+def timed_process(cmd: list[str]):
+    """(wall s, exit status, stderr, rusage) of one process, with its own rusage (not this process's)."""
     with tempfile.TemporaryFile() as err_fh:   # a file, not a pipe: a chatty run cannot block on it
         start = time.perf_counter()
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err_fh)
@@ -150,10 +150,15 @@ def run_once(config_path: Path, out_dir: Path) -> Measurement:
         wall = time.perf_counter() - start
         err_fh.seek(0)
         stderr = err_fh.read().decode(errors="replace")
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    if proc.returncode != 0:
+    return wall, os.waitstatus_to_exitcode(status), stderr, usage
+
+
+def run_once(config_path: Path, out_dir: Path) -> Measurement:
+    cmd = [sys.executable, "-m", "servesim", "run", str(config_path), "-q", "--out", str(out_dir)]
+    wall, returncode, stderr, usage = timed_process(cmd)
+    if returncode != 0:
         last = stderr.strip().splitlines()[-1] if stderr.strip() else "no message"
-        raise ServesimError(f"servesim run exited {proc.returncode}: {last}")
+        raise ServesimError(f"servesim run exited {returncode}: {last}")
     summary = json.loads((out_dir / "summary.json").read_text())
     return Measurement(wall, summary["wall_time_ms"] / 1e3, usage.ru_maxrss / 1024,
                        summary["completed"] + summary["failed_requests"], summary["total_output_tokens"],

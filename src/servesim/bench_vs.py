@@ -11,11 +11,8 @@ its prediction.json). Never run in CI: it needs AISimulate's virtualenv (docs/pe
 from __future__ import annotations
 
 import json
-import os
 import statistics
-import subprocess
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,18 +30,6 @@ class ProcessTimes:
     wall_s: float
     cpu_s: float
     own_ms: float | None   # the tool's own clock, from its output file
-
-
-def timed_process(cmd: list[str]) -> tuple[float, float, int, str]:
-    """(wall s, CPU s, exit status, stderr) of one process, with its own rusage (not this process's)."""
-    with tempfile.TemporaryFile() as err_fh:   # a file, not a pipe: a chatty run cannot block on it
-        start = time.perf_counter()
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err_fh)
-        _, status, usage = os.wait4(proc.pid, 0)
-        wall = time.perf_counter() - start
-        err_fh.seek(0)
-        stderr = err_fh.read().decode(errors="replace")
-    return wall, usage.ru_utime + usage.ru_stime, os.waitstatus_to_exitcode(status), stderr
 
 
 def _kv_pool(config: dict, role: str) -> tuple[int, int]:
@@ -147,7 +132,10 @@ def _aisim_own_ms(out_dir: Path) -> float | None:
 def run_aisimulate(config_path: Path, out_dir: Path, python: Path) -> ProcessTimes:
     cmd = [*aisimulate_command(python), "predict", "-c", str(config_path), "--output-dir", str(out_dir),
            "--overwrite", "--format", "json"]
-    wall, cpu, status, stderr = timed_process(cmd)
+    from servesim.bench import timed_process
+
+    wall, status, stderr, usage = timed_process(cmd)
+    cpu = usage.ru_utime + usage.ru_stime
     if status != 0:
         raise ServesimError(f"aisimulate predict exited {status}: {stderr.strip()[-400:] or 'no message'}")
     return ProcessTimes(wall, cpu, _aisim_own_ms(out_dir))
