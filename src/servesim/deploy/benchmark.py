@@ -31,7 +31,7 @@ def benchmark_command(config, base_url: str, served_model_name: str, tokenizer: 
     synthetic = workload.synthetic
     if workload.trace is not None:
         return _trace_replay(config, base_url, served_model_name, tokenizer, trace_path)
-    if getattr(workload, "sessions", None) is not None:
+    if workload.sessions is not None:
         return BenchmarkCommand(None, ("the workload is multi-turn sessions, which `vllm bench serve` cannot send "
                                        "(each of its requests stands alone)",))
     notes = []
@@ -107,23 +107,10 @@ def _common_ratio(ranges: list[tuple[int, int]]) -> float | None:
 def _centre(low: int, high: int, ratio: float) -> int | None:
     guess = round((low + high) / 2)
     for length in (guess - 1, guess, guess + 1):
-        drawn = random_lengths(length, ratio, 1)
-        if _bounds(drawn if isinstance(drawn, int) else _Range(drawn)) == (low, high):
+        drawn = random_lengths(length, ratio, 1)   # a length, or {"min", "max"}
+        if (_bounds(drawn) if isinstance(drawn, int) else (drawn["min"], drawn["max"])) == (low, high):
             return length
     return None
-
-
-@dataclass(frozen=True)
-class _Range:
-    spec: dict
-
-    @property
-    def min(self) -> int:
-        return self.spec["min"]
-
-    @property
-    def max(self) -> int:
-        return self.spec["max"]
 
 
 def _client_flags(client) -> list[str] | None:

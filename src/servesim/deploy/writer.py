@@ -122,7 +122,7 @@ def readme(plan: DeployPlan) -> str:
                   f"{FRONT_PORT}; it names each role by its Kubernetes Service (`k8s.yaml`): on plain hosts, put "
                   "the servers' addresses in their place."]
     lines += ["", "`k8s.yaml` holds a Deployment (a LeaderWorkerSet for a worker wider than one host) and a "
-              f"Service per role; it expects a PersistentVolumeClaim `model-cache` and, for gated models, a "
+              "Service per role; it expects a PersistentVolumeClaim `model-cache` and, for gated models, a "
               "Secret `hf-token` with key `token`."]
     notes = [(role.spec.name, setting, why) for role in plan.roles for setting, why in role.command.notes]
     if plan.front is not None:

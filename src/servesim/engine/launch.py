@@ -94,8 +94,6 @@ class ArgvBuilder:
 def json_or_str(value: Any) -> str:
     if isinstance(value, (dict, list)):
         return json.dumps(value, separators=(",", ":"), sort_keys=True)
-    if isinstance(value, float) and value.is_integer():
-        return str(value)
     return str(value)
 
 
