@@ -111,7 +111,8 @@ def test_vllm_flags_carry_the_resolved_scheduler():
     sched = role.spec.scheduler
     assert role.command.argv[:3] == ("vllm", "serve", "meta-llama/Llama-3.1-8B")
     assert flags["--max-num-seqs"] == str(sched.max_num_seqs)
-    assert flags["--max-num-batched-tokens"] == "8192"   # vLLM 0.32's default on an H100 (< 70 GiB... no: 80 GB)
+    # vLLM 0.32 on a GPU of at least 70 GiB that is not an A100 (the H100: 79.2 GiB): 1024 / 8192.
+    assert flags["--max-num-seqs"] == "1024" and flags["--max-num-batched-tokens"] == "8192"
     # The capture size: min(max_num_seqs × (1 + 0 drafts) × 2, 512, budget) = min(2048, 512, 8192) = 512.
     assert flags["--max-cudagraph-capture-size"] == "512"
     assert flags["--gpu-memory-utilization"] == "0.9" and "--num-gpu-blocks-override" not in flags
