@@ -15,8 +15,8 @@ import servesim
 from servesim import bench
 from servesim.errors import ServesimError
 
-ROW_KEYS = ["1a", "1b", "2a", "2b", "2s", "2t", "3", "4", "5", "5r", "5d", "6", "7"]
-TRACE_ROWS = ["5", "5r", "5d", "6"]
+ROW_KEYS = ["1a", "1b", "2a", "2b", "2s", "2t", "3", "4", "5", "5r", "5d", "6", "7", "8"]
+TRACE_ROWS = ["5", "5r", "5d", "6", "8"]
 
 
 @pytest.fixture
@@ -73,7 +73,7 @@ def test_the_default_set_skips_rows_without_traces(tmp_path):
     assert [w.key for w in chosen] == [k for k in ROW_KEYS if k not in TRACE_ROWS]
     assert [w.key for w in skipped] == TRACE_ROWS
     note = bench._skipped_note(skipped, tmp_path)
-    assert note == f"note: skipped rows 5, 5r, 5d, 6: their traces are not in {tmp_path}; give --traces DIR to run them"
+    assert note == f"note: skipped rows 5, 5r, 5d, 6, 8: their traces are not in {tmp_path}; give --traces DIR to run them"
     # With the traces there, nothing is skipped.
     (tmp_path / "mooncake").mkdir()
     (tmp_path / "mooncake" / "conversation_trace.jsonl").write_text("")
@@ -81,8 +81,30 @@ def test_the_default_set_skips_rows_without_traces(tmp_path):
     (tmp_path / "azure_llm_2023" / "AzureLLMInferenceTrace_conv.csv").write_text("")
     chosen, skipped = bench.select_rows("", tmp_path)
     assert [w.key for w in chosen] == ROW_KEYS and skipped == []
-    with pytest.raises(ServesimError, match="unknown row 8"):
-        bench.select_rows("8", tmp_path)
+    with pytest.raises(ServesimError, match="unknown row 9z"):
+        bench.select_rows("9z", tmp_path)
+
+
+def test_the_recommend_row_is_the_readme_example():
+    """Row 8 times the README's `servesim recommend` line: the same options, and the workload of
+    docs/examples/azure_conv_2x.yaml with its trace found under --traces."""
+    import re
+
+    import yaml
+
+    checkout = Path(bench.__file__).resolve().parents[2]
+    if not (checkout / "README.md").is_file():
+        pytest.skip("needs the source checkout")
+    readme = (checkout / "README.md").read_text()
+    command = re.search(r"\$ servesim recommend (.*?)\n(?!    )", readme, re.S).group(1).replace("\\\n", " ")
+    words = command.split()
+    at = words.index("--workload")
+    assert words[at + 1] == "docs/examples/azure_conv_2x.yaml"
+    assert words[:at] + words[at + 2:] == bench.RECOMMEND_ARGS
+    example = yaml.safe_load((checkout / "docs/examples/azure_conv_2x.yaml").read_text())["workload"]
+    row = next(w for w in bench.workloads(Path("/traces")) if w.key == "8")
+    assert row.recommend and not row.aisimulate
+    assert row.workload == {**example, "trace": "/traces/azure_llm_2023/AzureLLMInferenceTrace_conv.csv"}
 
 
 def test_default_traces_only_beside_a_checkout(tmp_path):
@@ -179,7 +201,7 @@ def test_the_default_set_runs_what_it_can_and_names_the_rest(tmp_path, monkeypat
     assert bench.run_suite("", "fixed", 1, tmp_path) == 0
     out, err = capsys.readouterr()
     assert measured == [(k, "fixed", 1) for k in ROW_KEYS if k not in TRACE_ROWS]
-    assert err == f"note: skipped rows 5, 5r, 5d, 6: their traces are not in {tmp_path}; give --traces DIR to run them\n"
+    assert err == f"note: skipped rows 5, 5r, 5d, 6, 8: their traces are not in {tmp_path}; give --traces DIR to run them\n"
     rows = out.splitlines()[2:]
     assert [r.split(" | ")[0] for r in rows] == [f"| {k}" for k in ROW_KEYS if k not in TRACE_ROWS]
     # 2.0 s over 2,048,000 tokens: 0.977 µs/token whole; the loop's 1.0 s: 0.488.

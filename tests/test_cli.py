@@ -187,7 +187,7 @@ def test_every_benchmark_row_is_a_valid_config():
 
     rows = workloads()
     assert {"2s", "2t"} <= {w.key for w in rows}
-    for workload in rows:
+    for workload in (w for w in rows if not w.recommend):
         for timing in ("fixed", "roofline"):
             config = load_config(config_for(workload, timing)).config
             assert config.engine.backend == workload.backend

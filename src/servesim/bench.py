@@ -61,6 +61,7 @@ class Workload:
     backend: str = DEFAULT_BACKEND
     gpu: str = "b200"           # _VLLM_GPU (below); rows 2s and 2t run on an H100, for its default KV pools
     aisimulate: bool = True     # has a counterpart row in AISimulate's predict (servesim/bench_vs.py)
+    recommend: bool = False     # the row is the README's `servesim recommend` example, not one `run`
 
 
 # 60,000 blocks of 16 tokens of Llama-3.1-8B KV cache take 117 GiB: more than an H100 leaves after the
@@ -113,6 +114,9 @@ def workloads(traces: Path | None = None) -> list[Workload]:
                                "input_length": {"min": 32, "max": 256}, "output_length": {"min": 32, "max": 256},
                                "think_time": {"distribution": "exponential", "mean_s": 5.0}},
                   "client": {"mode": "poisson", "rate": 20.0}}, aisimulate=False),
+        Workload("8", "README recommend: Llama-3.1-70B, 16 H100s, Azure conv at 2x, 2,000 requests (336 trials)",
+                 {"trace": str(azure), "format": "azure", "client": {"mode": "open_loop", "time_scale": 0.5}},
+                 needs=azure, aisimulate=False, recommend=True),
     ]
 
 
@@ -139,13 +143,17 @@ class Measurement:
     requests: int
     output_tokens: int
     cpu_s: float = 0.0   # user + system time of the process
+    recommended: str = ""   # the recommend row's "Recommended: ..." line
 
 
-def timed_process(cmd: list[str]):
-    """(wall s, exit status, stderr, rusage) of one process, with its own rusage (not this process's)."""
+def timed_process(cmd: list[str], stdout=subprocess.DEVNULL):
+    """(wall s, exit status, stderr, rusage) of one process, with its own rusage (not this process's).
+
+    The rusage wait4 returns counts the process's reaped children too (a sweep's worker pool).
+    """
     with tempfile.TemporaryFile() as err_fh:   # a file, not a pipe: a chatty run cannot block on it
         start = time.perf_counter()
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err_fh)
+        proc = subprocess.Popen(cmd, stdout=stdout, stderr=err_fh)
         _, status, usage = os.wait4(proc.pid, 0)
         wall = time.perf_counter() - start
         err_fh.seek(0)
@@ -165,21 +173,55 @@ def run_once(config_path: Path, out_dir: Path) -> Measurement:
                        usage.ru_utime + usage.ru_stime)
 
 
+RECOMMEND_ARGS = ["--model", "llama-3.1-70b", "--gpu", "h100-sxm", "--gpus", "16",
+                  "--slo", "ttft_ms=2000,tpot_ms=60"]
+
+
+def recommend_once(workload_path: Path, out_dir: Path) -> Measurement:
+    """One whole `servesim recommend` process; `requests` counts its trials, `recommended` is its answer."""
+    cmd = [sys.executable, "-m", "servesim", "recommend", *RECOMMEND_ARGS, "--workload", str(workload_path),
+           "--out", str(out_dir)]
+    with tempfile.TemporaryFile() as out_fh:
+        wall, returncode, stderr, usage = timed_process(cmd, stdout=out_fh)
+        out_fh.seek(0)
+        printed = out_fh.read().decode(errors="replace")
+    if returncode != 0:
+        last = stderr.strip().splitlines()[-1] if stderr.strip() else "no message"
+        raise ServesimError(f"servesim recommend exited {returncode}: {last}")
+    answer = next((line for line in printed.splitlines() if line.startswith("Recommended:")), "no recommendation")
+    trials = sum(1 for _ in (out_dir / "trials.csv").open()) - 1
+    return Measurement(wall, wall, usage.ru_maxrss / 1024, trials, 0, usage.ru_utime + usage.ru_stime,
+                       recommended=answer)
+
+
+def _run_row_once(workload: Workload, timing: str, tmp: Path, index: int) -> Measurement:
+    if workload.recommend:
+        path = tmp / "workload.yaml"
+        if not path.exists():
+            path.write_text(dump_yaml({"workload": workload.workload}))
+        return recommend_once(path, tmp / f"out{index}")
+    config_path = tmp / "config.yaml"
+    if not config_path.exists():
+        config_path.write_text(dump_yaml(config_for(workload, timing)))
+    return run_once(config_path, tmp / f"out{index}")
+
+
 def measure(workload: Workload, timing: str, repeat: int) -> Measurement:
     """The row's median wall time over `repeat` runs (its trace must be there: `select_rows`)."""
     with tempfile.TemporaryDirectory(prefix="servesim-bench-") as tmp:
-        config_path = Path(tmp) / "config.yaml"
-        config_path.write_text(dump_yaml(config_for(workload, timing)))
         try:
-            runs = [run_once(config_path, Path(tmp) / f"out{i}") for i in range(repeat)]
+            runs = [_run_row_once(workload, timing, Path(tmp), i) for i in range(repeat)]
         except ServesimError as err:
             raise ServesimError(f"bench row {workload.key} ({timing} timing) failed: {err}") from None
-    walls = [r.wall_s for r in runs]
-    return Measurement(statistics.median(walls), statistics.median(r.loop_s for r in runs),
-                       max(r.peak_rss_mb for r in runs), runs[0].requests, runs[0].output_tokens)
+    return Measurement(statistics.median(r.wall_s for r in runs), statistics.median(r.loop_s for r in runs),
+                       max(r.peak_rss_mb for r in runs), runs[0].requests, runs[0].output_tokens,
+                       statistics.median(r.cpu_s for r in runs), recommended=runs[0].recommended)
 
 
 def format_row(workload: Workload, timing: str, m: Measurement) -> str:
+    if workload.recommend:
+        return (f"| {workload.key} | {workload.title} | roofline | {m.requests:,} trials | — | "
+                f"{m.wall_s:.2f} | — | — | {m.peak_rss_mb:.0f} |")
     per_token = m.wall_s / m.output_tokens * 1e6
     loop_per_token = m.loop_s / m.output_tokens * 1e6
     return (f"| {workload.key} | {workload.title} | {timing} | {m.requests:,} | {m.output_tokens:,} | "
@@ -265,8 +307,11 @@ def run_suite(only: str = "", timing: str = "fixed", repeat: int = 3, traces: Pa
         return _run_vs(chosen, timings, repeat, Path(vs[1]))
     print(HEADER, flush=True)
     for workload in chosen:
-        for kind in timings:
-            print(format_row(workload, kind, measure(workload, kind, repeat)), flush=True)
+        for kind in (timings[:1] if workload.recommend else timings):
+            m = measure(workload, kind, repeat)
+            print(format_row(workload, kind, m), flush=True)
+            if workload.recommend:
+                sys.stderr.write(f"row {workload.key}: {m.recommended}\n")
     return 0
 
 
