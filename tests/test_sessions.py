@@ -264,3 +264,14 @@ def test_a_shared_system_prompt_and_a_session_slo_by_hand():
     # At 1,120 ms exactly, both meet it (the bound is inclusive).
     exact = servesim.simulate(_config(dict(sessions, slo_ms=1120.0)))
     assert exact.summary["sessions"]["sessions_meeting_slo"] == 2
+
+
+def test_a_time_scale_on_generated_open_loop_sessions_is_refused():
+    """Generated sessions under open_loop all open at 0; a scale on those times changes nothing."""
+    from servesim.errors import ServesimError
+
+    with pytest.raises(ServesimError, match=r"time_scale \(0.5\) scales a trace's arrival times"):
+        servesim.simulate(_config(TWO_BY_THREE, client={"mode": "open_loop", "time_scale": 0.5}))
+    # The default scale stays accepted: the two sessions open at 0 (turn 0 ends at 40 ms, as above).
+    result = servesim.simulate(_config(TWO_BY_THREE, client={"mode": "open_loop", "time_scale": 1.0}))
+    assert [r.arrival_ns for r in list(result.requests)[:2]] == [0, 0]

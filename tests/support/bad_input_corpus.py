@@ -479,6 +479,8 @@ CASES += [
                                                                  client={"mode": "closed_loop", "concurrency": 2})}),
     _sessions_case("in-flight-poisson", sessions(in_flight=2) | {"workload": dict(
         sessions(in_flight=2)["workload"], client={"mode": "poisson", "rate": 2.0})}),
+    _sessions_case("open-loop-time-scale", sessions() | {"workload": dict(
+        sessions()["workload"], client={"mode": "open_loop", "time_scale": 0.5})}),
     _sessions_case("max-requests", sessions() | {"workload": dict(sessions()["workload"], max_requests=3)}),
     _sessions_case("think-unknown", sessions(think_time={"distribution": "gamma", "shape": 2})),
     _sessions_case("think-lognormal-no-sigma", sessions(think_time={"distribution": "lognormal", "median_s": 1.0})),
@@ -548,6 +550,7 @@ SAYS.update({
 SAYS.update({
     "sessions-and-trace": "exactly one of workload.trace, workload.synthetic and workload.sessions",
     "sessions-closed-loop": "counts requests, not sessions", "sessions-in-flight-poisson": "it is poisson",
+    "sessions-open-loop-time-scale": "would change nothing",
     "sessions-max-requests": "workload.max_requests limits", "sessions-think-unknown": "'distribution' must be one of",
     "sessions-think-lognormal-no-sigma": "sigma is required", "sessions-think-huge": "think_time of 1e+300 s",
     "sessions-think-draw-huge": "think_time drew", "sessions-turns-1e12": "10,000,000 per run",

@@ -130,3 +130,9 @@ def check_sessions_client(sessions: SessionsConfig, client, max_requests: int | 
     if sessions.in_flight is not None and (mode != "open_loop" or client.time_scale != 1.0):
         raise ValueError("workload.sessions.in_flight starts each session when another ends; it replaces the "
                          f"client's arrivals, so leave workload.client unset (it is {mode})")
+    if mode == "open_loop" and client.time_scale != 1.0 and sessions.in_flight is None:
+        # A scale on arrival times that are all 0 would be accepted and change nothing.
+        raise ValueError(f"workload.client.time_scale ({client.time_scale:g}) scales a trace's arrival times; "
+                         "generated sessions under open_loop all open at time 0, so it would change nothing: "
+                         "leave it 1, or give the sessions a rate (client poisson) and their pace with "
+                         "workload.sessions.think_time")
