@@ -122,6 +122,20 @@ def test_a_disconnected_stream_is_aborted_and_frees_its_blocks():
     assert 3 <= aborted.num_output < 1000 and len(live.collector.records) == 0
 
 
+def test_a_stream_cut_before_its_first_byte_is_aborted_when_its_pass_ends():
+    """The client leaves once the headers are in, before any token. The prefill pass already
+    running (200 ms) finishes, as vLLM's engine core reads aborts between steps: the request
+    ends with that pass's one token and frees its blocks; no record is written."""
+    with running_server(serve_config(pass_ms=200.0)) as (live, url):
+        with httpx.stream("POST", f"{url}/v1/completions", timeout=30,
+                          json={"prompt": PROMPT, "max_tokens": 1000, "ignore_eos": True, "stream": True}) as resp:
+            assert resp.status_code == 200   # and leave without reading a line
+        wait_for(lambda: len(live.sim.aborted) == 1, "the abort")
+        wait_for(lambda: live.sim.snapshot()[0].kv_blocks_used == 0, "the blocks freed")
+    (aborted,) = live.sim.aborted
+    assert aborted.num_output == 1 and len(live.collector.records) == 0
+
+
 def test_a_non_streaming_client_that_goes_away_aborts_too():
     with running_server(serve_config()) as (live, url):
         with pytest.raises(httpx.ReadTimeout):
