@@ -529,8 +529,8 @@ CASES += [
     Case("autoscaling-count-outside", "config", {"c.yaml": cfg_text(engine__workers__aggregated__count=5,
          engine__workers__aggregated__autoscaling={"metric": "in_flight", "target": 2, "max_replicas": 4}),
          "trace.jsonl": TRACE}, run_case()),
-    Case("autoscaling-on-prefill", "config", {"c.yaml": cfg_text(engine__workers={
-        "prefill": {"autoscaling": {"metric": "in_flight", "target": 2, "max_replicas": 4}}, "decode": {}}),
+    Case("autoscaling-decode-count-outside", "config", {"c.yaml": cfg_text(engine__workers={
+        "prefill": {}, "decode": {"count": 5, "autoscaling": {"metric": "in_flight", "target": 2, "max_replicas": 4}}}),
         "trace.jsonl": TRACE}, run_case()),
     Case("autoscaling-unknown-metric", "config", {"c.yaml": cfg_text(engine__workers__aggregated__autoscaling={
         "metric": "gpu_util", "target": 2, "max_replicas": 2}), "trace.jsonl": TRACE}, run_case()),
@@ -542,7 +542,7 @@ SAYS.update({
     "pp-2-async-true": "cannot be combined with pp 2", "pp-16-one-node": "set gpus_per_node: 16",
     "autoscaling-max-below-min": "max_replicas (2) must be at least min_replicas (3)",
     "autoscaling-count-outside": "count (5) is the replicas at start",
-    "autoscaling-on-prefill": "modelled for engine.workers.aggregated only",
+    "autoscaling-decode-count-outside": "engine.workers.decode.count (5) is the replicas at start",
     "autoscaling-unknown-metric": "metric", "autoscaling-target-0": "target",
 })
 SAYS.update({

@@ -16,7 +16,9 @@ average to the target, no change within the tolerance). The rules (docs/fleets.m
   `weights per GPU / load_bandwidth + startup_s`; requests go to ready replicas only;
 - a scale-down takes provisioning replicas first (newest first), then ready ones, newest
   first (the ReplicaSet controller deletes unready and younger pods first); a ready one
-  drains: no new requests, removed once it holds none.
+  drains: no new requests, removed once it holds none. In a P/D fleet each pool scales on
+  its own; a prefill replica drains once its prefills are done and their KV sent, a decode
+  replica once the transfers on their way to it have landed and their requests finished.
 
 Live replicas (provisioning, ready or draining) cost GPU-hours while they exist, counted
 over the run's window (first measured arrival to last finish) as a fixed fleet's are.
@@ -51,6 +53,10 @@ class Autoscaler:
         self.born = [0] * len(role.workers)     # when each replica was asked for
         self.gone: list[int | None] = [None] * len(role.workers)   # when it was removed
         self._live = self.peak = self.at_start = len(role.workers)
+        # Work a worker owes outside its engine (a P/D handoff: KV held for a transfer, a
+        # transfer on its way to it); set by the simulation under disaggregation.
+        self.owes_handoff = None
+        self.next_sync: int | None = None   # this role's next sync, while armed
 
     # ------------------------------------------------------------------ accounting
 
@@ -137,7 +143,8 @@ class Autoscaler:
         """Remove a draining replica once it holds nothing and nothing is on its way to it."""
         worker = self.role.workers[index]
         if (self.states[index] == DRAINING and worker.executing is None and not worker.requests()
-                and worker.next_engine_arrival() is None):
+                and worker.next_engine_arrival() is None
+                and (self.owes_handoff is None or not self.owes_handoff(worker))):
             self._remove(index, now)
 
     def _remove(self, index: int, now: int) -> None:

@@ -42,10 +42,7 @@ def check_autoscaling(role: str, role_cfg, source_of) -> None:
     cfg = role_cfg.autoscaling
     if cfg is None:
         return
-    where = f"engine.workers.{role}"
-    if role != "aggregated":
-        raise ServesimError(f"{source_of(where + '.autoscaling')}: {where}.autoscaling is modelled for "
-                            "engine.workers.aggregated only (prefill/decode pools keep their count)")
+    where = f"engine.workers.{role}"   # aggregated, or a prefill or decode pool: each scales alone
     if not cfg.min_replicas <= role_cfg.count <= cfg.max_replicas:
         raise ServesimError(f"{source_of(where + '.count')}: {where}.count ({role_cfg.count}) is the replicas "
                             f"at start and must lie within autoscaling's min_replicas ({cfg.min_replicas}) and "
