@@ -536,6 +536,12 @@ CASES += [
         "metric": "gpu_util", "target": 2, "max_replicas": 2}), "trace.jsonl": TRACE}, run_case()),
     Case("autoscaling-target-0", "config", {"c.yaml": cfg_text(engine__workers__aggregated__autoscaling={
         "metric": "in_flight", "target": 0, "max_replicas": 2}), "trace.jsonl": TRACE}, run_case()),
+    Case("planner-arima", "config", {"c.yaml": cfg_text(engine__workers__aggregated__autoscaling={
+        "policy": "sla_planner", "load_predictor": "arima", "max_replicas": 2}), "trace.jsonl": TRACE}, run_case()),
+    Case("planner-with-hpa-target", "config", {"c.yaml": cfg_text(engine__workers__aggregated__autoscaling={
+        "policy": "sla_planner", "target": 2, "max_replicas": 2}), "trace.jsonl": TRACE}, run_case()),
+    Case("planner-itl-0", "config", {"c.yaml": cfg_text(engine__workers__aggregated__autoscaling={
+        "policy": "sla_planner", "itl_s": 0, "max_replicas": 2}), "trace.jsonl": TRACE}, run_case()),
 ]
 SAYS.update({
     "pp-2-sglang": "Scheduler.event_loop_pp", "pp-2-trtllm": "PyExecutor._executor_loop_pp",
@@ -544,6 +550,7 @@ SAYS.update({
     "autoscaling-count-outside": "count (5) is the replicas at start",
     "autoscaling-decode-count-outside": "engine.workers.decode.count (5) is the replicas at start",
     "autoscaling-unknown-metric": "metric", "autoscaling-target-0": "target",
+    "planner-arima": "load_predictor", "planner-with-hpa-target": "target", "planner-itl-0": "itl_s",
 })
 SAYS.update({
     "sessions-and-trace": "exactly one of workload.trace, workload.synthetic and workload.sessions",

@@ -115,6 +115,7 @@ class Simulation:
         if self.disaggregation is not None:
             for scaler, _ in self.autoscalers.values():
                 scaler.owes_handoff = self.disaggregation.owes
+        self._completion_observers = [s for s, _ in self.autoscalers.values() if hasattr(s, "on_complete")]
         self._next_sync: int | None = None   # the autoscalers' next sync, while armed
 
     # ------------------------------------------------------------------ scheduling events
@@ -242,6 +243,8 @@ class Simulation:
             now += outbound
         self.requests_done += 1
         self.collector.on_request_done(request)
+        for observer in self._completion_observers:   # the SLA planner reads the frontend
+            observer.on_complete(request, now)
         follow = self.client.on_complete(now)
         if follow is not None:
             self.push(now, FRONTEND_ARRIVAL, self._on_frontend_arrival, follow)
