@@ -3,6 +3,7 @@ aggregated extension's arithmetic, and properties over random fleets it scales."
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
@@ -114,3 +115,24 @@ def test_planned_fleets_serve_every_request_once_and_count_gpu_hours(tmp_path_fa
     config["engine.timing"] = TIMING
     r = run_rows(tmp_path_factory.mktemp("planner"), trace, config_extra=config)
     _served_once_and_drained(trace, r, counts)
+
+
+def test_each_planned_pool_gets_its_own_plot(tmp_path):
+    from servesim.metrics.plots import plot_run, run_plot_names
+
+    rows = [{"timestamp": 0, "input_length": 16, "output_length": 50} for _ in range(4)]
+    rows += [{"timestamp": 2000, "input_length": 16, "output_length": 30} for _ in range(40)]
+    extra = _pd()
+    extra["engine.workers"]["prefill"]["autoscaling"] = PLANNER
+    extra["engine.workers"]["decode"]["autoscaling"] = PLANNER
+    extra["engine.timing"] = TIMING
+    result = run_rows(tmp_path, rows, config_extra=extra).result
+    names = run_plot_names(result)
+    assert names[2:4] == ["autoscaling_prefill.png", "autoscaling_decode.png"]
+    data = plot_run(result, {name: tmp_path / name for name in names})
+    decode = data["autoscaling_decode.png"]
+    # Adjustments at 2 s and 4 s; at 6 s and 8 s (decode-1 came up at 6.507 s) nothing had
+    # finished: skipped, no average.
+    assert decode["applied"].tolist() == [1, 2, 2, 2] and decode["average"][:2].tolist() == pytest.approx([0.2, 1.2])
+    assert np.isnan(decode["average"][2:]).all()
+    assert (tmp_path / "autoscaling_decode.png").stat().st_size > 0

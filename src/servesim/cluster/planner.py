@@ -134,7 +134,7 @@ class Planner(Autoscaler):
 
     def describe(self) -> dict:
         # The timeline's average is the predicted load per ready replica, in replicas' capacity.
-        return {"policy": "sla_planner", "metric": "predicted load per ready replica", "target": 1.0}
+        return {"policy": "sla_planner", "metric": "predicted load", "target": 1.0}
 
     def summary(self, start: int, end: int) -> dict:
         return {**super().summary(start, end), "adjustments": self.adjustments}
