@@ -56,6 +56,29 @@ def test_decode_pool_scales_up_after_its_cold_start_and_drains(tmp_path):
     assert summary["gpu_hours"] == pytest.approx(15.542291456 / 3600, rel=1e-12)
 
 
+def test_a_draining_prefill_replica_goes_once_the_kv_it_holds_is_sent(tmp_path):
+    # Two prefill replicas synced every 100 ms with nothing queued: ceil(2 × 0 / 4) = 0 → 1,
+    # no stabilisation window: at 0.1 s prefill-1, the newest, drains.
+    hpa = {"metric": "queue_length", "target": 4, "max_replicas": 2, "sync_period_s": 0.1,
+           "scale_down_stabilization_s": 0, "load_bandwidth_gb_s": 8, "startup_s": 0.5}
+    # Two 100-token prompts at 0, one on each prefill replica, prefilled [0, 10 ms). The decode
+    # worker has 11 usable blocks: request 0 takes 7 for its prompt (its KV sent in 13.1072 ms
+    # + 2 ms, [10, 25.1072)), request 1's 7 do not fit beside them: prefill-1 keeps holding
+    # its KV until request 0 finishes its 40 tokens at 25.1072 + 400 = 425.1072 ms; then it is
+    # sent, [425.1072, 440.2144), and prefill-1, drained, goes.
+    rows = [{"timestamp": 0, "input_length": 100, "output_length": 40} for _ in range(2)]
+    extra = _pd(decode={"num_gpu_blocks": 12, "max_model_len": 176})
+    extra["engine.workers"]["prefill"]["count"] = 2
+    extra["engine.workers"]["prefill"]["autoscaling"] = hpa
+    r = run_rows(tmp_path, rows, config_extra=extra)
+    scaled = r.result.summary["autoscaling"]["prefill"]
+    assert scaled["changes"] == [[0.1, "prefill-1", "draining"], [0.4402144, "prefill-1", "removed"]]
+    assert [(x.prefill_worker, x.transfer_start_ns, x.transfer_end_ns, x.finish_ns) for x in r.result.requests] == [
+        ("prefill-0", 10_000_000, 25_107_200, 425_107_200), ("prefill-1", 425_107_200, 440_214_400, 840_214_400)]
+    # Prefill replica-seconds over [0, 0.8402144]: prefill-0 all of it, prefill-1 to 0.4402144.
+    assert scaled["gpu_hours"] == pytest.approx((0.8402144 + 0.4402144) / 3600, rel=1e-12)
+
+
 def _served_once_and_drained(trace, r, counts):
     records = r.result.requests
     assert sorted(rec.request_id for rec in records) == list(range(len(trace)))
