@@ -34,23 +34,39 @@ def test_a_step_in_load_scales_the_decode_pool(tmp_path):
     prefill, decode = scaled["prefill"], scaled["decode"]
     # Profiles from the timing model. Prefill: 16 tokens in one 11 ms pass: 16 / 0.011 =
     # 1454.54 tokens/s per GPU. Decode at context 16 + osl / 2 (41, then 31): the KV holds
-    # 999 × 16 = 15,984 tokens, max_num_seqs 64; searched down from 64, the first batch with
-    # (10 + n) ms ≤ 20 ms is n = 10: 10 / 0.020 = 500 tokens/s per GPU.
-    # 2 s: 4 done, isl 16, osl 50. Prefill 4 × 16 / 2 = 32 tokens/s → 0.022 → 1;
-    #      decode 4 × 50 / 2 = 100 tokens/s → 0.2 → 1.
-    # 4 s: 40 done, osl 30. Prefill 320 tokens/s → 0.22 → 1; decode 40 × 30 / 2 = 600 → 1.2 → 2:
-    #      decode-1 provisions, ready at 4 + 2.507498752 s.
+    # 999 × 16 = 15,984 tokens, max_num_seqs 64; searched down from 64, the first batch n with
+    # (10 + n) ms within the (corrected) ITL target; n / ITL tokens/s per GPU.
+    # Correction (Dynamo's default): the decode factor is the observed ITL over the profile's
+    # at the engines' mean concurrency n_req / ready × mean duration / interval; the target
+    # becomes 20 ms / factor. The prefill factor (observed TTFT / 11 ms) is above 1: no effect.
+    # 2 s: 4 done, osl 50, each 49 gaps of 14 ms: concurrency 4 × 0.718 / 2 = 1.44 → 1, whose
+    #      ITL is 11 ms: factor 14 / 11, target 15.71 ms: n = 5, 5 / 0.015 = 333.3 tokens/s;
+    #      decode 4 × 50 / 2 = 100 tokens/s → 0.3 → 1. Prefill 4 × 16 / 2 = 32 → 0.022 → 1.
+    # 4 s: 40 done, osl 30, gaps of 50 ms: concurrency 40 × 1.554 / 2 = 31.1 → 31 (41 ms):
+    #      factor 50 / 41, target 16.4 ms: n = 6, 375 tokens/s; 40 × 30 / 2 = 600 → 1.6 → 2:
+    #      decode-1 provisions, ready at 4 + 2.507498752 s. Prefill 320 tokens/s → 0.22 → 1.
     # 6 s: nothing finished since 4 s: the adjustment is skipped (2 stays).
-    # 8 s: 4 done: decode 4 × 30 / 2 = 60 → 0.12 → 1: decode-1, the newest, drains (empty: it goes).
-    assert [(a["time_s"], a["num_req"], a["osl"], a["decode_tokens_s"], a["decode_thpt_per_gpu"],
-             a["decode_concurrency"], a["replicas"]) for a in decode["adjustments"]] == [
-        (2.0, 4, 50.0, 100.0, 500.0, 10, 1), (4.0, 40, 30.0, 600.0, 500.0, 10, 2), (8.0, 4, 30.0, 60.0, 500.0, 10, 1)]
-    assert [a["replicas_needed"] for a in decode["adjustments"]] == pytest.approx([0.2, 1.2, 0.12], rel=1e-12)
+    # 8 s: 4 done on two ready replicas, gaps of 12 ms: concurrency 4 / 2 × 0.378 / 2 → 1
+    #      (11 ms): factor 12 / 11, target 18.33 ms: n = 8, 444.4 tokens/s; 60 → 0.135 → 1:
+    #      decode-1, the newest, drains (empty: it goes).
+    adjustments = decode["adjustments"]
+    assert [(a["time_s"], a["num_req"], a["osl"], a["decode_tokens_s"], a["decode_concurrency"], a["replicas"])
+            for a in adjustments] == [(2.0, 4, 50.0, 100.0, 5, 1), (4.0, 40, 30.0, 600.0, 6, 2),
+                                      (8.0, 4, 30.0, 60.0, 8, 1)]
+    assert [a["itl_s"] for a in adjustments] == pytest.approx([0.014, 0.05, 0.012], rel=1e-12)
+    assert [a["d_correction"] for a in adjustments] == pytest.approx([14 / 11, 50 / 41, 12 / 11], rel=1e-12)
+    assert [a["decode_thpt_per_gpu"] for a in adjustments] == pytest.approx([5 / 0.015, 6 / 0.016, 8 / 0.018],
+                                                                             rel=1e-12)
+    assert [a["replicas_needed"] for a in adjustments] == pytest.approx([0.3, 1.6, 0.135], rel=1e-12)
     assert [(a["prefill_tokens_s"], a["profile_ttft_s"], a["replicas"]) for a in prefill["adjustments"]] == [
         (32.0, 0.011, 1), (320.0, 0.011, 1), (32.0, 0.011, 1)]
     assert prefill["adjustments"][0]["prefill_thpt_per_gpu"] == pytest.approx(16 / 0.011, rel=1e-12)
-    assert decode["timeline"] == [[2.0, 1, 1, 0.2, 1], [4.0, 1, 1, 1.2, 2], [6.0, 2, 1, None, 2],
-                                  [8.0, 2, 2, 0.06, 1]]
+    assert prefill["adjustments"][0]["p_correction"] == pytest.approx(0.032097152 / 0.011, rel=1e-12)
+    assert [row[:3] + row[4:] for row in decode["timeline"]] == [[2.0, 1, 1, 1], [4.0, 1, 1, 2], [6.0, 2, 1, 2],
+                                                                 [8.0, 2, 2, 1]]
+    # The average: the load per ready replica; none where the adjustment was skipped.
+    averages = [row[3] for row in decode["timeline"]]
+    assert averages[2] is None and averages[:2] + averages[3:] == pytest.approx([0.3, 1.6, 0.0675], rel=1e-12)
     assert decode["changes"] == [[4.0, "decode-1", "provisioning"], [6.507498752, "decode-1", "ready"],
                                  [8.0, "decode-1", "draining"], [8.0, "decode-1", "removed"]]
     assert prefill["changes"] == [] and decode["policy"] == "sla_planner"
@@ -67,13 +83,15 @@ def test_a_step_in_load_scales_the_decode_pool(tmp_path):
 
 
 def test_an_aggregated_replica_time_shares_prefill_and_decode(tmp_path):
-    # 20 requests at 0, 100-token prompts, 30 tokens, a token budget of 64: one prompt alone
+    # Without the correction factors. 20 requests at 0, 100-token prompts, 30 tokens, a
+    # token budget of 64: one prompt alone
     # takes 2 passes of 11 ms (TTFT 22 ms): 100 / 0.022 = 4545.45 prefill tokens/s per GPU.
     # At 2 s: prefill 20 × 100 / 2 = 1000 tokens/s → 0.22 of a replica; decode 20 × 30 / 2 = 300
-    # tokens/s at 500 per GPU (n = 10 as above) → 0.6; together 0.82 → 1.
+    # tokens/s at 500 per GPU (n = 10: (10 + 10) ms meets 20 ms) → 0.6; together 0.82 → 1.
     rows = [{"timestamp": 0, "input_length": 100, "output_length": 30} for _ in range(20)]
     r = run_rows(tmp_path, rows, max_num_batched_tokens=64, max_num_seqs=16,
-                 config_extra={"engine.workers.aggregated.autoscaling": PLANNER, "engine.timing": TIMING})
+                 config_extra={"engine.workers.aggregated.autoscaling": {**PLANNER, "correction": False},
+                               "engine.timing": TIMING})
     (adjustment,) = r.result.summary["autoscaling"]["aggregated"]["adjustments"]
     assert adjustment["profile_ttft_s"] == 0.022 and adjustment["decode_concurrency"] == 10
     assert adjustment["replicas_needed"] == pytest.approx(1000 / (100 / 0.022) + 300 / 500, rel=1e-12)
@@ -85,7 +103,7 @@ def test_an_itl_target_no_batch_meets_falls_back_to_one_request(tmp_path):
     # load: 1 / 0.011 = 90.9 tokens/s per GPU. 4 × 50 / 2 = 100 → 1.1 → 2 replicas.
     rows = [{"timestamp": 0, "input_length": 16, "output_length": 50} for _ in range(4)]
     extra = _pd()
-    extra["engine.workers"]["decode"]["autoscaling"] = {**PLANNER, "itl_s": 0.005}
+    extra["engine.workers"]["decode"]["autoscaling"] = {**PLANNER, "itl_s": 0.005, "correction": False}
     extra["engine.timing"] = TIMING
     decode = run_rows(tmp_path, rows, config_extra=extra).result.summary["autoscaling"]["decode"]
     first = decode["adjustments"][0]
@@ -133,6 +151,6 @@ def test_each_planned_pool_gets_its_own_plot(tmp_path):
     decode = data["autoscaling_decode.png"]
     # Adjustments at 2 s and 4 s; at 6 s and 8 s (decode-1 came up at 6.507 s) nothing had
     # finished: skipped, no average.
-    assert decode["applied"].tolist() == [1, 2, 2, 2] and decode["average"][:2].tolist() == pytest.approx([0.2, 1.2])
+    assert decode["applied"].tolist() == [1, 2, 2, 2] and decode["average"][:2].tolist() == pytest.approx([0.3, 1.6])
     assert np.isnan(decode["average"][2:]).all()
     assert (tmp_path / "autoscaling_decode.png").stat().st_size > 0

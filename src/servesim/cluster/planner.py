@@ -2,19 +2,21 @@
 
 Followed: ai-dynamo/dynamo, components/planner/src/dynamo/planner/utils/planner_core.py at
 commit 0761925 (2025), `Planner.observe_metrics`, `predict_load` and
-`_compute_replica_requirements`; `defaults.py`'s `SLAPlannerDefaults`; `load_predictor.py`'s
+`_compute_replica_requirements` and `make_adjustments`; `defaults.py`'s `SLAPlannerDefaults`; `load_predictor.py`'s
 `ConstantPredictor`; `perf_interpolation.py`'s `PrefillInterpolator.interpolate_thpt_per_gpu`
 and `DecodeInterpolator.find_best_throughput_per_gpu`; the frontend's metrics
 (lib/llm/src/http/service/metrics.rs). The rules (docs/modeling/autoscaling.md, "SLA planner"):
 
 - every adjustment interval (at k × interval, k ≥ 1) it reads what the frontend saw over the
-  interval: the requests completed, their mean input and output lengths; with none, it
-  changes nothing (Dynamo's metrics are NaN then and it skips the adjustment);
+  interval: the requests completed, their mean input and output lengths, TTFT, ITL and
+  duration; with an average NaN (nothing finished, no second token) it changes nothing;
+- correction (Dynamo's default): p = observed TTFT / profiled, d = observed ITL / profiled
+  at the engines' mean concurrency (Little's law) and context `isl + osl / 2`;
 - the constant predictor takes the next interval's load to be the last one observed;
-- prefill: `ceil(num_req × isl / interval / (thpt_per_gpu(isl) × gpus per replica))`, the
-  per-GPU prefill throughput of one prompt of `isl` tokens;
+- prefill: `ceil(num_req × isl / interval × min(1, p) / (thpt_per_gpu(isl) × gpus per
+  replica))`, the per-GPU prefill throughput of one prompt of `isl` tokens;
 - decode: the per-GPU decode throughput at the highest concurrency whose inter-token
-  latency meets `itl_s` at context `isl + osl / 2`, and
+  latency meets `itl_s / d` at context `isl + osl / 2`, and
   `ceil(num_req × osl / interval / (that × gpus per replica))`;
 - aggregated (not a mode of that planner; servesim's extension): one engine time-shares
   both, so the two fractions of a replica add before the ceiling;
@@ -80,6 +82,35 @@ class Profile:
         return 1 / self.itl_s(1, context) / self.gpus, 1
 
 
+class Window:
+    """What the frontend's counters and histograms gather over one adjustment interval."""
+
+    def __init__(self) -> None:
+        self.count = 0             # requests_total
+        self.isl = self.osl = 0    # Σ input_sequence_tokens, Σ output_sequence_tokens
+        self.ttft_ns = self.duration_ns = 0   # Σ time_to_first_token, Σ request_duration
+        self.itl_ns = self.itl_tokens = 0     # Σ inter-token gaps and their count
+
+    def add(self, request) -> None:
+        self.count += 1
+        self.isl += request.prompt_len
+        self.osl += request.num_output
+        self.ttft_ns += request.first_token_ns - request.arrival_ns
+        self.duration_ns += request.finish_ns - request.arrival_ns
+        if request.num_output > 1:
+            self.itl_ns += request.finish_ns - request.first_token_ns
+            self.itl_tokens += request.num_output - 1
+
+    def averages(self) -> dict | None:
+        """Dynamo's Metrics of the interval; None when one is NaN (nothing finished, or no
+        request gave a second token): the adjustment is skipped."""
+        if not self.count or not self.itl_tokens:
+            return None
+        n = self.count
+        return {"num_req": n, "isl": self.isl / n, "osl": self.osl / n, "ttft_s": self.ttft_ns / n / 1e9,
+                "itl_s": self.itl_ns / self.itl_tokens / 1e9, "request_duration_s": self.duration_ns / n / 1e9}
+
+
 class Planner(Autoscaler):
     """Autoscaler whose count comes from Dynamo's SLA planner (the module docstring)."""
 
@@ -88,47 +119,59 @@ class Planner(Autoscaler):
         worker = role.workers[0]
         self.profile = Profile(worker.timing, role.scheduler_cfg, self.gpus_per_replica)
         self.interval_s = cfg.adjustment_interval_s
-        self._seen = [0, 0, 0]          # requests completed this interval, Σ input, Σ output
-        self.last: tuple[float, float, float] | None = None   # the constant predictor's memory
+        self.window = Window()
+        # Dynamo's correction factors: observed TTFT and ITL over the profile's, kept from the
+        # last adjustment that computed them.
+        self.p_correction = self.d_correction = 1.0
         self.adjustments: list[dict] = []
 
     def on_complete(self, request, now: int) -> None:
-        """The frontend saw a request finish (its count, ISL and OSL histograms)."""
+        """The frontend saw a request's response end."""
         if request.status != Status.REJECTED:
-            seen = self._seen
-            seen[0] += 1
-            seen[1] += request.prompt_len
-            seen[2] += request.num_output
+            self.window.add(request)
 
     def recommend(self, now: int, ready: list, current: int) -> tuple[float | None, int]:
-        count, isl_sum, osl_sum = self._seen
-        self._seen = [0, 0, 0]
-        if count:
-            self.last = (count, isl_sum / count, osl_sum / count)
-        if not count or self.last is None:
-            return None, current   # nothing completed: the adjustment is skipped
-        num_req, isl, osl = self.last      # the constant predictor: next = last observed
-        needed, facts = self.replicas_needed(num_req, isl, osl)
+        seen, self.window = self.window.averages(), Window()
+        if seen is None:
+            return None, current   # Dynamo's metrics are NaN: the adjustment is skipped
+        if self.cfg.correction:
+            self._correct(seen, len(ready))
+        # The constant predictor: the next interval's load is the one just observed.
+        needed, facts = self.replicas_needed(seen["num_req"], seen["isl"], seen["osl"])
         cfg = self.cfg
         applied = min(max(math.ceil(needed), cfg.min_replicas), cfg.max_replicas)
-        self.adjustments.append({"time_s": now / 1e9, "num_req": num_req, "isl": isl, "osl": osl, **facts,
-                                 "replicas_needed": needed, "replicas": applied})
+        self.adjustments.append({"time_s": now / 1e9, **seen, **facts, "replicas_needed": needed,
+                                 "replicas": applied})
         return needed / len(ready), applied
+
+    def _correct(self, seen: dict, ready: int) -> None:
+        """`make_adjustments`: the TTFT and ITL the profile expects for what was observed."""
+        isl, osl = seen["isl"], seen["osl"]
+        if self.role.name in ("prefill", "aggregated"):
+            self.p_correction = seen["ttft_s"] / self.profile.ttft_s(isl)
+        if self.role.name in ("decode", "aggregated"):
+            # The decode engines' mean concurrency over the interval, by Little's law.
+            concurrency = seen["num_req"] / ready * seen["request_duration_s"] / self.interval_s
+            expected = self.profile.itl_s(max(1, round(concurrency)), max(1, round(isl + osl / 2)))
+            self.d_correction = seen["itl_s"] / expected
 
     def replicas_needed(self, num_req: float, isl: float, osl: float) -> tuple[float, dict]:
         """The replicas the predicted load needs, before the ceiling, and how they were found."""
         role, cfg, gpus = self.role.name, self.cfg, self.gpus_per_replica
         facts, needed = {}, 0.0
         if role in ("prefill", "aggregated"):
-            tokens_s = num_req * isl / self.interval_s
+            # Prefill's correction only ever lowers the load (Dynamo's min(1, factor)).
+            tokens_s = num_req * isl / self.interval_s * min(1.0, self.p_correction)
             per_gpu = self.profile.prefill_thpt_per_gpu(isl)
-            facts.update(prefill_tokens_s=tokens_s, prefill_thpt_per_gpu=per_gpu,
+            facts.update(p_correction=self.p_correction, prefill_tokens_s=tokens_s, prefill_thpt_per_gpu=per_gpu,
                          profile_ttft_s=self.profile.ttft_s(isl), ttft_target_s=cfg.ttft_s)
             needed += tokens_s / per_gpu / gpus
         if role in ("decode", "aggregated"):
             tokens_s = num_req * osl / self.interval_s
-            per_gpu, concurrency = self.profile.best_decode(cfg.itl_s, isl + osl / 2)
-            facts.update(decode_tokens_s=tokens_s, decode_thpt_per_gpu=per_gpu, decode_concurrency=concurrency)
+            itl = cfg.itl_s / self.d_correction if self.d_correction > 0 else cfg.itl_s
+            per_gpu, concurrency = self.profile.best_decode(itl, isl + osl / 2)
+            facts.update(d_correction=self.d_correction, corrected_itl_s=itl, decode_tokens_s=tokens_s,
+                         decode_thpt_per_gpu=per_gpu, decode_concurrency=concurrency)
             needed += tokens_s / per_gpu / gpus
         return needed, facts
 

@@ -48,6 +48,9 @@ class PlannerConfig(StrictModel):
     ttft_s: PositiveFloat = 0.5
     itl_s: PositiveFloat = 0.05
     load_predictor: Literal["constant"] = "constant"
+    # Scale the prefill load by min(1, observed TTFT / profiled) and the ITL target by
+    # profiled ITL / observed each interval (Dynamo's default; its --no-correction: false).
+    correction: bool = True
     min_replicas: PositiveInt = 1
     max_replicas: PositiveInt
     load_bandwidth_gb_s: PositiveFloat = 5.0
