@@ -154,3 +154,24 @@ def test_each_planned_pool_gets_its_own_plot(tmp_path):
     assert decode["applied"].tolist() == [1, 2, 2, 2] and decode["average"][:2].tolist() == pytest.approx([0.3, 1.6])
     assert np.isnan(decode["average"][2:]).all()
     assert (tmp_path / "autoscaling_decode.png").stat().st_size > 0
+
+
+@settings(max_examples=4, deadline=None, derandomize=True)
+@given(rows=st.lists(st.tuples(st.integers(0, 3000), st.integers(1, 200), st.integers(2, 300)), min_size=5,
+                     max_size=30),
+       policy=st.sampled_from(["round_robin", "least_outstanding", "kv_aware"]))
+def test_fast_and_reference_engines_plan_alike(tmp_path_factory, rows, policy):
+    # The adjustments bound the fast engine's fast-forwarded runs; completions arrive alike.
+    trace = [{"timestamp": t, "input_length": n, "output_length": m} for t, n, m in sorted(rows)]
+    planner = {"policy": "sla_planner", "adjustment_interval_s": 0.25, "itl_s": 0.015, "max_replicas": 3,
+               "load_bandwidth_gb_s": 100, "startup_s": 0.1}
+    out = []
+    for reference in (False, True):
+        r = run_rows(tmp_path_factory.mktemp("planner"), trace, max_num_seqs=4, num_gpu_blocks=128,
+                     max_model_len=512, config_extra={"engine.workers.aggregated.autoscaling": planner,
+                                                      "router.policy": policy, "engine.reference": reference,
+                                                      "engine.timing": TIMING})
+        assert r.result.summary["simulated"]["engine"] == ("reference" if reference else "fast")
+        out.append((r.result.summary["autoscaling"],
+                    [(x.request_id, x.worker, x.first_token_ns, x.finish_ns) for x in r.result.requests]))
+    assert out[0] == out[1]

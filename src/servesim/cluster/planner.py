@@ -1,7 +1,8 @@
 """Dynamo's SLA planner: replicas from predicted load and profiled per-GPU throughput.
 
-Followed: ai-dynamo/dynamo, components/planner/src/dynamo/planner/utils/planner_core.py at
-commit 0761925 (2025), `Planner.observe_metrics`, `predict_load` and
+Followed: ai-dynamo/dynamo's SLA planner of 2025 (each file's commit: docs/modeling/
+autoscaling.md), components/planner/src/dynamo/planner/utils/planner_core.py's
+`Planner.observe_metrics`, `predict_load` and
 `_compute_replica_requirements` and `make_adjustments`; `defaults.py`'s `SLAPlannerDefaults`; `load_predictor.py`'s
 `ConstantPredictor`; `perf_interpolation.py`'s `PrefillInterpolator.interpolate_thpt_per_gpu`
 and `DecodeInterpolator.find_best_throughput_per_gpu`; the frontend's metrics
@@ -95,8 +96,9 @@ class Window:
         self.count += 1
         self.isl += request.prompt_len
         self.osl += request.num_output
-        self.ttft_ns += request.first_token_ns - request.arrival_ns
         self.duration_ns += request.finish_ns - request.arrival_ns
+        if request.first_token_ns is not None:
+            self.ttft_ns += request.first_token_ns - request.arrival_ns
         if request.num_output > 1:
             self.itl_ns += request.finish_ns - request.first_token_ns
             self.itl_tokens += request.num_output - 1
