@@ -2,8 +2,8 @@
 
 Followed: ai-dynamo/dynamo's SLA planner of 2025 (each file's commit: docs/modeling/
 autoscaling.md), components/planner/src/dynamo/planner/utils/planner_core.py's
-`Planner.observe_metrics`, `predict_load` and
-`_compute_replica_requirements` and `make_adjustments`; `defaults.py`'s `SLAPlannerDefaults`; `load_predictor.py`'s
+`Planner.observe_metrics`, `predict_load`, `_compute_replica_requirements` and
+`make_adjustments`; `defaults.py`'s `SLAPlannerDefaults`; `load_predictor.py`'s
 `ConstantPredictor`; `perf_interpolation.py`'s `PrefillInterpolator.interpolate_thpt_per_gpu`
 and `DecodeInterpolator.find_best_throughput_per_gpu`; the frontend's metrics
 (lib/llm/src/http/service/metrics.rs). The rules (docs/modeling/autoscaling.md, "SLA planner"):
