@@ -179,7 +179,10 @@ def run_result(run: RunSpec, sim, collector: Collector, requests, engines, profi
         window = _window(records, run.warmup_requests, summary["duration_ms"])
         scaled = {name: scaler.summary(*window) for name, (scaler, _) in sim.autoscalers.items()}
         # Replicas count while they exist (cluster/autoscaler.py), within the run's window.
-        summary["gpu_hours"] = sum(role["gpu_hours"] for role in scaled.values())
+        # A role that is not autoscaled (one pool of a P/D fleet) keeps its count all along.
+        fixed = sum(role.gpus for name, role in run.roles.items() if name not in scaled)
+        summary["gpu_hours"] = (sum(role["gpu_hours"] for role in scaled.values())
+                                + fixed * summary["duration_ms"] / 3.6e6)
         summary["autoscaling"] = scaled
     summary.update(energy_and_cost(cfg.cost, _worker_power_inputs(run, sim, window), summary))
     notes = report_run(summary, records, run, sim, requests, profile_given, engines)

@@ -531,21 +531,28 @@ CASES += [
     Case("autoscaling-count-outside", "config", {"c.yaml": cfg_text(engine__workers__aggregated__count=5,
          engine__workers__aggregated__autoscaling={"metric": "in_flight", "target": 2, "max_replicas": 4}),
          "trace.jsonl": TRACE}, run_case()),
-    Case("autoscaling-on-prefill", "config", {"c.yaml": cfg_text(engine__workers={
-        "prefill": {"autoscaling": {"metric": "in_flight", "target": 2, "max_replicas": 4}}, "decode": {}}),
+    Case("autoscaling-decode-count-outside", "config", {"c.yaml": cfg_text(engine__workers={
+        "prefill": {}, "decode": {"count": 5, "autoscaling": {"metric": "in_flight", "target": 2, "max_replicas": 4}}}),
         "trace.jsonl": TRACE}, run_case()),
     Case("autoscaling-unknown-metric", "config", {"c.yaml": cfg_text(engine__workers__aggregated__autoscaling={
         "metric": "gpu_util", "target": 2, "max_replicas": 2}), "trace.jsonl": TRACE}, run_case()),
     Case("autoscaling-target-0", "config", {"c.yaml": cfg_text(engine__workers__aggregated__autoscaling={
         "metric": "in_flight", "target": 0, "max_replicas": 2}), "trace.jsonl": TRACE}, run_case()),
+    Case("planner-arima", "config", {"c.yaml": cfg_text(engine__workers__aggregated__autoscaling={
+        "policy": "sla_planner", "load_predictor": "arima", "max_replicas": 2}), "trace.jsonl": TRACE}, run_case()),
+    Case("planner-with-hpa-target", "config", {"c.yaml": cfg_text(engine__workers__aggregated__autoscaling={
+        "policy": "sla_planner", "target": 2, "max_replicas": 2}), "trace.jsonl": TRACE}, run_case()),
+    Case("planner-itl-0", "config", {"c.yaml": cfg_text(engine__workers__aggregated__autoscaling={
+        "policy": "sla_planner", "itl_s": 0, "max_replicas": 2}), "trace.jsonl": TRACE}, run_case()),
 ]
 SAYS.update({
     "pp-2-sglang": "Scheduler.event_loop_pp", "pp-2-trtllm": "PyExecutor._executor_loop_pp",
     "pp-2-async-true": "cannot be combined with pp 2", "pp-16-one-node": "set gpus_per_node: 16",
     "autoscaling-max-below-min": "max_replicas (2) must be at least min_replicas (3)",
     "autoscaling-count-outside": "count (5) is the replicas at start",
-    "autoscaling-on-prefill": "modelled for engine.workers.aggregated only",
+    "autoscaling-decode-count-outside": "engine.workers.decode.count (5) is the replicas at start",
     "autoscaling-unknown-metric": "metric", "autoscaling-target-0": "target",
+    "planner-arima": "load_predictor", "planner-with-hpa-target": "target", "planner-itl-0": "itl_s",
 })
 SAYS.update({
     "sessions-and-trace": "exactly one of workload.trace, workload.synthetic and workload.sessions",

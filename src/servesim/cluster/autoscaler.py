@@ -16,7 +16,9 @@ average to the target, no change within the tolerance). The rules (docs/fleets.m
   `weights per GPU / load_bandwidth + startup_s`; requests go to ready replicas only;
 - a scale-down takes provisioning replicas first (newest first), then ready ones, newest
   first (the ReplicaSet controller deletes unready and younger pods first); a ready one
-  drains: no new requests, removed once it holds none.
+  drains: no new requests, removed once it holds none. In a P/D fleet each pool scales on
+  its own; a prefill replica drains once its prefills are done and their KV sent, a decode
+  replica once the transfers on their way to it have landed and their requests finished.
 
 Live replicas (provisioning, ready or draining) cost GPU-hours while they exist, counted
 over the run's window (first measured arrival to last finish) as a fixed fleet's are.
@@ -41,7 +43,8 @@ class Autoscaler:
         self.states = [READY] * len(role.workers)
         router.ready = [True] * len(role.workers)
         self.period_ns = max(1, round(cfg.sync_period_s * 1e9))
-        self.window_ns = round(cfg.scale_down_stabilization_s * 1e9)
+        # The planner (cluster/planner.py) applies its count at once: no window.
+        self.window_ns = round(getattr(cfg, "scale_down_stabilization_s", 0.0) * 1e9)
         weights = role.deployment.weight_bytes_per_gpu()   # each GPU loads its own shard at once
         self.provision_ns = round(weights / (cfg.load_bandwidth_gb_s * 1e9) * 1e9) + round(cfg.startup_s * 1e9)
         self.gpus_per_replica = role.spec.tp * role.spec.pp * role.spec.attention_dp
@@ -51,6 +54,10 @@ class Autoscaler:
         self.born = [0] * len(role.workers)     # when each replica was asked for
         self.gone: list[int | None] = [None] * len(role.workers)   # when it was removed
         self._live = self.peak = self.at_start = len(role.workers)
+        # Work a worker owes outside its engine (a P/D handoff: KV held for a transfer, a
+        # transfer on its way to it); set by the simulation under disaggregation.
+        self.owes_handoff = None
+        self.next_sync: int | None = None   # this role's next sync, while armed
 
     # ------------------------------------------------------------------ accounting
 
@@ -88,18 +95,9 @@ class Autoscaler:
     def sync(self, now: int, add_worker) -> list[int]:
         """One HPA sync at `now`; returns the indices of replicas it asked for. `add_worker()`
         appends a fresh worker to the role (and its router) and returns its index."""
-        cfg = self.cfg
         ready = [w for w, state in zip(self.role.workers, self.states) if state == READY]
         current = sum(state in (PROVISIONING, READY) for state in self.states)
-        average = sum(self.metric_of(w) for w in ready) / len(ready)
-        ratio = average / cfg.target
-        desired = current if abs(ratio - 1.0) <= cfg.tolerance else math.ceil(len(ready) * ratio)
-        desired = min(max(desired, cfg.min_replicas), cfg.max_replicas, max(2 * current, current + 4))
-        recommendations = self.recommendations
-        recommendations.append((now, desired))
-        while recommendations[0][0] < now - self.window_ns:
-            recommendations.popleft()
-        applied = desired if desired >= current else min(current, max(d for _, d in recommendations))
+        average, applied = self.recommend(now, ready, current)
         self.timeline.append([now / 1e9, self._live, len(ready), average, applied])
         added = []
         for _ in range(applied - current):
@@ -113,6 +111,20 @@ class Autoscaler:
         if applied < current:
             self._scale_down(current - applied, now)
         return added
+
+    def recommend(self, now: int, ready: list, current: int) -> tuple[float, int]:
+        """The HPA's (metric average over the ready replicas, replicas to apply) at `now`."""
+        cfg = self.cfg
+        average = sum(self.metric_of(w) for w in ready) / len(ready)
+        ratio = average / cfg.target
+        desired = current if abs(ratio - 1.0) <= cfg.tolerance else math.ceil(len(ready) * ratio)
+        desired = min(max(desired, cfg.min_replicas), cfg.max_replicas, max(2 * current, current + 4))
+        recommendations = self.recommendations
+        recommendations.append((now, desired))
+        while recommendations[0][0] < now - self.window_ns:
+            recommendations.popleft()
+        applied = desired if desired >= current else min(current, max(d for _, d in recommendations))
+        return average, applied
 
     def on_ready(self, index: int, now: int) -> None:
         if self.states[index] == PROVISIONING:
@@ -137,7 +149,8 @@ class Autoscaler:
         """Remove a draining replica once it holds nothing and nothing is on its way to it."""
         worker = self.role.workers[index]
         if (self.states[index] == DRAINING and worker.executing is None and not worker.requests()
-                and worker.next_engine_arrival() is None):
+                and worker.next_engine_arrival() is None
+                and (self.owes_handoff is None or not self.owes_handoff(worker))):
             self._remove(index, now)
 
     def _remove(self, index: int, now: int) -> None:
@@ -148,11 +161,14 @@ class Autoscaler:
     def draining(self) -> list[int]:
         return [i for i, state in enumerate(self.states) if state == DRAINING]
 
+    def describe(self) -> dict:
+        return {"metric": self.cfg.metric, "target": self.cfg.target}
+
     def summary(self, start: int, end: int) -> dict:
         """summary.json's `autoscaling.<role>`; GPU-hours over [start, end], the run's window."""
         replica_ns = self.replica_ns(start, end)
         return {
-            "metric": self.cfg.metric, "target": self.cfg.target, "replicas_at_start": self.at_start,
+            **self.describe(), "replicas_at_start": self.at_start,
             "provisioning_s": self.provision_ns / 1e9,
             "replica_hours": replica_ns / 3.6e12,
             "gpu_hours": replica_ns * self.gpus_per_replica / 3.6e12,

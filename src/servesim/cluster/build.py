@@ -75,6 +75,7 @@ def open_simulation(config: Any = None, overrides: list[tuple[str, Any]] | None 
 def autoscalers(roles, routers, collector: Collector, warmup_requests: int) -> dict | None:
     """(Autoscaler, grow) for each role with `autoscaling`; None when no role has it."""
     from servesim.cluster.autoscaler import Autoscaler
+    from servesim.cluster.planner import Planner
 
     out = {}
     for name, role in roles.items():
@@ -89,5 +90,7 @@ def autoscalers(roles, routers, collector: Collector, warmup_requests: int) -> d
             role.workers.append(worker)
             router.add_worker()
             return worker
-        out[name] = (Autoscaler(role, router, role.spec.autoscaling), grow)
+        cfg = role.spec.autoscaling
+        scaler = Planner if getattr(cfg, "policy", None) == "sla_planner" else Autoscaler
+        out[name] = (scaler(role, router, cfg), grow)
     return out or None

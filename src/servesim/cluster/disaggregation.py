@@ -48,6 +48,7 @@ class Disaggregation:
         self.handoff_admission = transfer.handoff_admission
         self.kv_bytes_per_token = transfer.kv_bytes_per_token
         self.pending: dict[str, deque] = {}
+        self.holding: dict[str, int] = {}   # prefills whose KV a prefill worker holds for a transfer
         self._transfers_due: list[int] = []   # end times of the transfers in flight (a heap)
 
     # ------------------------------------------------------------------ prefill side
@@ -101,6 +102,7 @@ class Disaggregation:
         tokens = trace_request.input_length + request.max_tokens
         router.sent(index, tokens, request)
         request.route = (router, index, tokens)
+        self.holding[prefill_worker.name] = self.holding.get(prefill_worker.name, 0) + 1
         self.pending.setdefault(decode_worker.name, deque()).append((request, prefill, prefill_worker))
         self.reserve(decode_worker, now)
 
@@ -155,6 +157,7 @@ class Disaggregation:
         request, prefill, prefill_worker, decode_worker = job
         prefill_worker.scheduler.release_held(prefill)
         prefill_worker.wake(now)
+        self.holding[prefill_worker.name] -= 1
         request.transfer_end_ns = now
         kv = decode_worker.scheduler.kv
         # The blocks hold the prompt's KV now; with the decode convention the last prompt
@@ -163,6 +166,15 @@ class Disaggregation:
         kv.cache_full_blocks(request, request.prompt_len)
         decode_worker.scheduler.add_transferred(request)
         decode_worker.wake(now)
+        if self.sim.autoscalers:   # a draining prefill replica may have sent its last KV
+            self.sim.after_scaled_change(prefill_worker, now)
+
+    def owes(self, worker: Worker) -> bool:
+        """Whether a worker still has part in a handoff: a prefill worker holding KV for a
+        transfer, a decode worker with handoffs queued for it or KV on its way to it."""
+        if worker.role == "prefill":
+            return self.holding.get(worker.name, 0) > 0
+        return bool(self.pending.get(worker.name)) or bool(worker.scheduler.incoming)
 
     def after_pass(self, worker: Worker, now: int) -> None:
         if worker.role == "decode" and self.pending.get(worker.name):

@@ -112,6 +112,10 @@ class Simulation:
         self._inputs_due: list[int] = []     # times of the submits and aborts not yet handled (a heap)
         self._until: int | None = None       # run_until's bound, while stepping
         self.autoscalers = cluster.autoscalers or {}
+        if self.disaggregation is not None:
+            for scaler, _ in self.autoscalers.values():
+                scaler.owes_handoff = self.disaggregation.owes
+        self._completion_observers = [s for s, _ in self.autoscalers.values() if hasattr(s, "on_complete")]
         self._next_sync: int | None = None   # the autoscalers' next sync, while armed
 
     # ------------------------------------------------------------------ scheduling events
@@ -169,8 +173,8 @@ class Simulation:
             self.push(nxt[0], FRONTEND_ARRIVAL, self._on_feed_arrival, nxt[1])
 
     def _on_frontend_arrival(self, now: int, trace_request: TraceRequest) -> None:
-        if self.autoscalers and self._next_sync is None:
-            self._arm_autoscalers(now - now % self._sync_period() + self._sync_period())
+        if self.autoscalers:
+            self._arm_paused(now)
         engine_arrival = now + self.request_path.inbound_ns(trace_request.input_length)
         if self.disaggregation is not None:
             self.disaggregation.on_arrival(now, engine_arrival, trace_request)
@@ -226,7 +230,7 @@ class Simulation:
         if self.disaggregation is not None:
             self.disaggregation.after_pass(worker, done.end_ns)
         if self.autoscalers:
-            self._after_scaled_pass(worker, done.end_ns)
+            self.after_scaled_change(worker, done.end_ns)
 
     def complete(self, request: Request, now: int) -> None:
         outbound = self.request_path.outbound_ns
@@ -239,6 +243,8 @@ class Simulation:
             now += outbound
         self.requests_done += 1
         self.collector.on_request_done(request)
+        for observer in self._completion_observers:   # the SLA planner reads the frontend
+            observer.on_complete(request, now)
         follow = self.client.on_complete(now)
         if follow is not None:
             self.push(now, FRONTEND_ARRIVAL, self._on_frontend_arrival, follow)
@@ -258,7 +264,7 @@ class Simulation:
         request.finish_ns = now
         self.aborted.append(request)
         if self.autoscalers:
-            self._after_scaled_pass(worker, now)
+            self.after_scaled_change(worker, now)
 
     # ------------------------------------------------------------------ stepping
 
@@ -336,29 +342,37 @@ class Simulation:
             self._feed = self.client.initial()
             self._push_next_feed()
             if self.autoscalers:
-                self._arm_autoscalers(self._sync_period())
+                for scaler, _ in self.autoscalers.values():
+                    self._arm(scaler, scaler.period_ns)
 
     # ------------------------------------------------------------------ autoscaling
 
-    def _sync_period(self) -> int:
-        return next(iter(self.autoscalers.values()))[0].period_ns
+    def _arm(self, scaler, at: int) -> None:
+        scaler.next_sync = at
+        self._next_sync = min(s.next_sync for s, _ in self.autoscalers.values() if s.next_sync is not None)
+        self.push(at, FRONTEND_ARRIVAL, self._on_autoscale_sync, scaler)
 
-    def _arm_autoscalers(self, at: int) -> None:
-        self._next_sync = at
-        for scaler, grow in self.autoscalers.values():
-            self.push(at, FRONTEND_ARRIVAL, self._on_autoscale_sync, (scaler, grow))
+    def _arm_paused(self, now: int) -> None:
+        """A role whose syncs paused (nothing was left to happen) syncs again at the first
+        boundary of its period after this arrival."""
+        for scaler, _ in self.autoscalers.values():
+            if scaler.next_sync is None:
+                self._arm(scaler, now - now % scaler.period_ns + scaler.period_ns)
 
-    def _on_autoscale_sync(self, now: int, arg) -> None:
-        """An HPA sync (cluster/autoscaler.py); the next one follows while anything is left to
-        happen, and after a pause, at the first period boundary after the next arrival."""
-        scaler, grow = arg
-        self._next_sync = None
+    def _on_autoscale_sync(self, now: int, scaler) -> None:
+        """A role's sync (cluster/autoscaler.py); the next one follows while anything is left
+        to happen, and after a pause, at the first period boundary after the next arrival."""
+        scaler.next_sync = None
+        armed = [s.next_sync for s, _ in self.autoscalers.values() if s.next_sync is not None]
+        self._next_sync = min(armed) if armed else None
+        grow = self.autoscalers[scaler.role.name][1]
         for index in scaler.sync(now, lambda: self._grow(grow)):
             self.push(now + scaler.provision_ns, FRONTEND_ARRIVAL, self._on_replica_ready, (scaler, index))
         for index in scaler.draining():
             scaler.maybe_remove(index, now)
-        if self._heap:
-            self._arm_autoscalers(now + scaler.period_ns)
+        # Other roles' syncs waiting in the heap are not something left to happen.
+        if len(self._heap) > len(armed):
+            self._arm(scaler, now + scaler.period_ns)
 
     def _grow(self, grow) -> int:
         worker = grow()
@@ -369,7 +383,9 @@ class Simulation:
         scaler, index = arg
         scaler.on_ready(index, now)
 
-    def _after_scaled_pass(self, worker: Worker, now: int) -> None:
+    def after_scaled_change(self, worker: Worker, now: int) -> None:
+        """Something left `worker` (a pass ended, an abort, its KV was sent): a draining
+        replica may go."""
         entry = self.autoscalers.get(worker.role)
         if entry is not None:
             entry[0].maybe_remove(worker.index, now)

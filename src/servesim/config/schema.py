@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_serializer, model_validator
 
-from servesim.config.autoscaling import AutoscalingConfig
+from servesim.config.autoscaling import AutoscalingBlock
 from servesim.config.cost import CostConfig
 from servesim.config.sessions import PrefixRepetition, SessionsConfig, check_prefix_repetition, check_sessions_client
 from servesim.config.router_config import RouterConfig  # noqa: F401 (re-exported)
@@ -197,7 +197,7 @@ class RoleConfig(StrictModel):
     scheduler: SchedulerConfig | None = None
     speculative: SpeculativeConfig | None = None
     kv_offload: KvOffloadConfig | None = None
-    autoscaling: AutoscalingConfig | None = None   # config/autoscaling.py; count: the replicas at start
+    autoscaling: AutoscalingBlock | None = None   # config/autoscaling.py; count: the replicas at start
 
     @model_serializer(mode="wrap")
     def _omit_absent_autoscaling(self, handler):
