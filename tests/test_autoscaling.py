@@ -158,3 +158,18 @@ def test_the_plot_draws_the_replicas_the_load_and_the_ttft(tmp_path):
     ttft = s["mean_ttft_ms"]
     assert ttft[0] == 10.0 and ttft[2] == 25.0 and ttft[4] == 10.0
     assert np.isnan(ttft[1]) and np.isnan(ttft[3])
+
+
+def test_policy_hpa_names_the_default_block():
+    """`policy: hpa` is the HPA block as if the key were absent: same model, same dump."""
+    from servesim.config import load_config
+    from servesim.config.autoscaling import AutoscalingConfig
+
+    def block(extra):
+        cfg = {"engine": {"workers": {"aggregated": {"autoscaling": {
+            "metric": "in_flight", "target": 2.0, "max_replicas": 3, **extra}}}},
+               "workload": {"synthetic": {"num_requests": 1, "input_length": 8, "output_length": 2}}}
+        return load_config(cfg).config.engine.workers.aggregated.autoscaling
+
+    named, bare = block({"policy": "hpa"}), block({})
+    assert isinstance(named, AutoscalingConfig) and named.model_dump() == bare.model_dump()

@@ -29,6 +29,14 @@ class AutoscalingConfig(StrictModel):
     load_bandwidth_gb_s: PositiveFloat = 5.0
     startup_s: NonNegativeFloat = 30.0
 
+    @model_validator(mode="before")
+    @classmethod
+    def _named_policy(cls, value):
+        # `policy: hpa` names the default policy; the block is the same without it.
+        if isinstance(value, dict) and value.get("policy") == "hpa":
+            value = {k: v for k, v in value.items() if k != "policy"}
+        return value
+
     @model_validator(mode="after")
     def _bounds(self) -> AutoscalingConfig:
         if self.max_replicas < self.min_replicas:
@@ -68,10 +76,10 @@ class PlannerConfig(StrictModel):
 def _policy_of(value) -> str:
     # Tags in capitals: config/errors.py leaves them out of an error's dotted path.
     policy = value.get("policy") if isinstance(value, dict) else getattr(value, "policy", None)
-    return "HPA" if policy is None else "Planner"
+    return "HPA" if policy in (None, "hpa") else "Planner"
 
 
-# An HPA block (no `policy`) or the planner's: what `engine.workers.<role>.autoscaling` takes.
+# An HPA block (no `policy`, or `policy: hpa`) or the planner's: what `engine.workers.<role>.autoscaling` takes.
 AutoscalingBlock = Annotated[Union[Annotated[AutoscalingConfig, Tag("HPA")],
                                    Annotated[PlannerConfig, Tag("Planner")]], Discriminator(_policy_of)]
 
