@@ -366,6 +366,10 @@ CASES: list[Case] = [
          run_case("{d}/c.yaml", "--set", "router.policy=llm_d", "--set", "router.llm_d.block_size=0")),
     Case("router-temperature-negative", "router", {"c.yaml": cfg_text(), "trace.jsonl": TRACE},
          run_case("{d}/c.yaml", "--set", "router.router_temperature=-1")),
+    Case("router-kv-events-unknown", "router", {"c.yaml": cfg_text(), "trace.jsonl": TRACE},
+         run_case("{d}/c.yaml", "--set", "router.kv_events=sometimes")),
+    Case("router-kv-events-delay-negative", "router", {"c.yaml": cfg_text(), "trace.jsonl": TRACE},
+         run_case("{d}/c.yaml", "--set", "router.kv_events_delay_ms=-1")),
     Case("role-gpu-unknown", "hardware", {"c.yaml": cfg_text(), "trace.jsonl": TRACE},
          run_case("{d}/c.yaml", "--set", "engine.workers.aggregated.gpu=h900")),
     Case("pd-kv-dtypes-differ", "hardware", {"c.yaml": cfg_text(), "trace.jsonl": TRACE},
@@ -399,6 +403,7 @@ CASES: list[Case] = [
 SAYS = {
     "router-overlap-weight-twice": "overlap_score_weight or its alias overlap_weight, not both",
     "router-llm-d-block-0": "router.llm_d.block_size", "router-temperature-negative": "router.router_temperature",
+    "router-kv-events-unknown": "router.kv_events", "router-kv-events-delay-negative": "router.kv_events_delay_ms",
     "role-gpu-unknown": "engine.workers.aggregated.gpu: unknown GPU", "pd-kv-dtypes-differ": "fp8 and decode in bf16",
     "serve-speed-zero": "--speed must be a positive finite number", "serve-speed-inf": "got inf",
     "serve-expose-bogus": "--expose must be fleet or workers", "serve-expose-port-0": "give --port P, not 0", "serve-tokenizer-missing": "nope.json does not exist",

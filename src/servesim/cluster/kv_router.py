@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import math
 
+from servesim.cluster.kv_events import PublishedPrefixes
+
 # Costs closer than this count as a tie (Dynamo compares floating-point logits so).
 TIE_EPSILON = 1e-5
 
@@ -127,11 +129,18 @@ def shared_runs(keys) -> tuple[tuple[int, int], ...]:
 class KvAwareSelector:
     """Dynamo's DefaultWorkerSelector over the router's bookkeeping of `workers`."""
 
-    def __init__(self, workers: list, overlap_score_weight: float, temperature: float, rng_source) -> None:
+    def __init__(self, workers: list, overlap_score_weight: float, temperature: float, rng_source,
+                 events_delay_ns: int | None = None) -> None:
         self.workers = workers
         self.weight = overlap_score_weight
         self.temperature = temperature
         self.sequences = [WorkerSequences() for _ in workers]
+        # The router's index of each worker's cache, fed by its KV events after each pass
+        # (cluster/kv_events.py); None: the router reads the caches at the instant of routing.
+        self.events_delay_ns = events_delay_ns
+        self.indexes: dict[int, PublishedPrefixes] | None = None
+        if events_delay_ns is not None:
+            self.indexes = {id(w): PublishedPrefixes(w, events_delay_ns) for w in workers}
         self._rng_source = rng_source   # () -> numpy Generator, made on first use
         self._rng = None
         self._chosen: Sequence | None = None
@@ -139,12 +148,18 @@ class KvAwareSelector:
     def costs(self, input_length: int, keys_for, now: int) -> tuple[list[float], list[Sequence]]:
         costs, seqs = [], []
         shared_of: dict = {}   # the prompt's shareable runs, once per keys object
+        indexes = self.indexes
         for worker, tracked in zip(self.workers, self.sequences):
             tracked.settle(now)
             kv = worker.scheduler.kv
             size = kv.block_size
             keys = keys_for(worker) if keys_for is not None else None
-            overlap = kv.cached_prefix_blocks(keys) if keys is not None else 0
+            if keys is None:
+                overlap = 0
+            elif indexes is None:
+                overlap = kv.cached_prefix_blocks(keys)
+            else:
+                overlap = indexes[id(worker)].cached_prefix_blocks(keys, now)
             shared = shared_of.get(id(keys))
             if shared is None:
                 shared = shared_of[id(keys)] = shared_runs(keys)
@@ -169,6 +184,15 @@ class KvAwareSelector:
 
     def add_worker(self) -> None:
         self.sequences.append(WorkerSequences())
+        if self.indexes is not None:
+            worker = self.workers[-1]
+            self.indexes[id(worker)] = PublishedPrefixes(worker, self.events_delay_ns)
+
+    def on_pass_done(self, worker, done) -> None:
+        """The worker's pass ended: it publishes its KV events to the router's index."""
+        index = self.indexes.get(id(worker))
+        if index is not None:
+            index.publish(done, done.end_ns)
 
     def _pick(self, costs: list[float]) -> int:
         if self.temperature == 0.0:

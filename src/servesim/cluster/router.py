@@ -38,9 +38,15 @@ class Router:
         self.ready: list[bool] | None = None
         self.selector = None
         if cfg.policy == "kv_aware":
-            self.selector = KvAwareSelector(workers, cfg.overlap_weight, cfg.temperature, self._make_rng)
+            delay = cfg.kv_events_delay_ns if cfg.kv_events == "pass_end" else None
+            self.selector = KvAwareSelector(workers, cfg.overlap_weight, cfg.temperature, self._make_rng, delay)
         elif cfg.policy == "llm_d":
             self.selector = LlmDPicker(cfg.llm_d, workers, factory, self._make_rng)
+
+    @property
+    def hears_kv_events(self) -> bool:
+        """Its index of the workers' caches is fed by their KV events at pass ends."""
+        return self.policy == "kv_aware" and self.selector.indexes is not None
 
     def _make_rng(self):
         return rng_for(self._seed, self._purpose)

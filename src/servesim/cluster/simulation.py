@@ -112,6 +112,8 @@ class Simulation:
         self._inputs_due: list[int] = []     # times of the submits and aborts not yet handled (a heap)
         self._until: int | None = None       # run_until's bound, while stepping
         self.autoscalers = cluster.autoscalers or {}
+        # kv_aware routers whose index hears the workers' KV events at each pass end.
+        self._event_routers = [r for r in self.routers.values() if r.hears_kv_events]
         self._next_sync: int | None = None   # the autoscalers' next sync, while armed
 
     # ------------------------------------------------------------------ scheduling events
@@ -211,6 +213,8 @@ class Simulation:
 
     def on_pass_done(self, worker: Worker, done: PassResult) -> None:
         self.collector.on_pass(worker, done)
+        for router in self._event_routers:
+            router.selector.on_pass_done(worker, done)
         if self.on_token is not None:
             # The reference engine runs under a callback (cluster/engine_choice.py): every
             # pass lists each request that got tokens in it.

@@ -36,6 +36,11 @@ class RouterConfig(StrictModel):
     overlap_score_weight: NonNegativeFloat = 1.0
     # Softmax temperature over the normalised costs; 0 picks the lowest cost.
     router_temperature: NonNegativeFloat = 0.0
+    # kv_aware: when the router's index hears of a worker's prefix-cache changes. "pass_end":
+    # the engine publishes a step's KV events once its pass ends (vLLM 0.32's
+    # update_from_output) and they arrive kv_events_delay_ms later; "instant": as they happen.
+    kv_events: Literal["pass_end", "instant"] = "pass_end"
+    kv_events_delay_ms: NonNegativeFloat = 0.0
     llm_d: LlmDConfig = Field(default_factory=LlmDConfig)
     seed: NonNegativeInt | None = None   # null: derived from the root seed
 
