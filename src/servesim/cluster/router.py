@@ -18,7 +18,7 @@ holds as its cache events have announced them. It never looks ahead.
 
 from __future__ import annotations
 
-from servesim.cluster.kv_router import KvAwareSelector
+from servesim.cluster.kv_router import KvAwareSelector, OverlapCredit
 from servesim.cluster.llm_d_router import LlmDPicker
 from servesim.config.run_spec import RouterSpec
 from servesim.seeds import rng_for
@@ -39,7 +39,11 @@ class Router:
         self.selector = None
         if cfg.policy == "kv_aware":
             delay = cfg.kv_events_delay_ns if cfg.kv_events == "pass_end" else None
-            self.selector = KvAwareSelector(workers, cfg.overlap_weight, cfg.temperature, self._make_rng, delay)
+            credit = None
+            if cfg.dynamo_version == "1.2":
+                credit = OverlapCredit(cfg.overlap_score_credit, cfg.prefill_load_scale, cfg.overlap_score_credit_decay)
+            self.selector = KvAwareSelector(workers, cfg.overlap_weight, cfg.temperature, self._make_rng, delay,
+                                            credit)
         elif cfg.policy == "llm_d":
             self.selector = LlmDPicker(cfg.llm_d, workers, factory, self._make_rng)
 
