@@ -128,3 +128,39 @@ def test_bad_kv_events_settings_are_one_sentence():
         open_simulation(_config(kv_events="sometimes"))
     with pytest.raises(ServesimError):
         open_simulation(_config(delay_ms=-1.0))
+
+
+# ---------------------------------------------------------------- no KV events (approximate)
+
+def test_without_events_the_router_predicts_from_what_it_sent():
+    # Dynamo's --no-kv-events: the router assumes A's 96 blocks are cached on w0 from the
+    # moment it sent A (0 ms), before the engine has scheduled anything, for router_ttl_secs
+    # (here 1 s) after each send. B shares A's first 64 blocks.
+    config = _config(kv_events="none")
+    config["router"]["router_ttl_secs"] = 1.0
+    sim = open_simulation(config)
+    sim.submit(A, at=0)
+    sim.run_until(1)
+    w0 = sim.roles["aggregated"].workers[0]
+    index = sim.routers["aggregated"].selector.indexes[id(w0)]
+    keys = sim.factories["aggregated"].keys(_b())
+    assert index.cached_prefix_blocks(keys, 0) == 64
+    assert index.cached_prefix_blocks(keys, 1000 * MS - 1) == 64
+    assert index.cached_prefix_blocks(keys, 1000 * MS) == 0        # expired: 0 + 1 s
+    assert not sim.routers["aggregated"].hears_kv_events
+
+
+def test_a_later_send_refreshes_the_head_it_shares():
+    # A (trace blocks 1, 2, 9) sent at 0, B (1, 2, 3) at 600 ms, TTL 1 s: the first 64 blocks
+    # live until 1.6 s, A's third trace block (its last 32) until 1 s.
+    from servesim.cluster.kv_events import PredictedPrefixes
+    sim = open_simulation(_config())
+    keys_a = sim.factories["aggregated"].keys(A)
+    keys_b = sim.factories["aggregated"].keys(_b())
+    index = PredictedPrefixes(sim.roles["aggregated"].workers[0], 1000 * MS)
+    index.routed(keys_a, 0)
+    index.routed(keys_b, 600 * MS)
+    assert index.cached_prefix_blocks(keys_a, 999 * MS) == 96
+    assert index.cached_prefix_blocks(keys_a, 1000 * MS) == 64
+    assert index.live_blocks(1000 * MS) == 64 + 32                 # B's own third block lives on
+    assert index.cached_prefix_blocks(keys_a, 1600 * MS) == 0

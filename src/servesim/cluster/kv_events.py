@@ -86,3 +86,61 @@ def _touch(batch: dict[int, int], kv, keys) -> None:
         return
     for span in keys.chunk_spans():
         batch[span[0]] = kv.cached_span_blocks(keys, span)
+
+
+class PredictedPrefixes:
+    """Dynamo's approximate indexer (`router.kv_events: none`, its `--no-kv-events`): no events
+    at all; the router assumes a worker caches the full prompt blocks it sent there, each for
+    `ttl_ns` after the last request that sent it (lib/llm/src/kv_router/approx.rs)."""
+
+    __slots__ = ("worker", "ttl_ns", "expiry")
+
+    def __init__(self, worker, ttl_ns: int) -> None:
+        self.worker = worker
+        self.ttl_ns = ttl_ns
+        # Per prefix id: when each of its run's blocks expires, from the run's first. A send
+        # refreshes a head of the run, so the times never rise along it.
+        self.expiry: dict[int, list[int]] = {}
+
+    def routed(self, keys, now: int) -> None:
+        """A request with these prompt blocks was sent to the worker at `now`."""
+        if keys is None or not keys.shared_blocks:
+            return
+        until = now + self.ttl_ns
+        expiry = self.expiry
+        for node, first, stop, _ in keys.chunk_spans():
+            times = expiry.get(node)
+            length = stop - first
+            if times is None:
+                expiry[node] = [until] * length
+            else:
+                times[:length] = [until] * length
+
+    def cached_prefix_blocks(self, keys, now: int) -> int:
+        if keys is None or not keys.shared_blocks:
+            return 0
+        count = 0
+        for node, first, stop, _ in keys.chunk_spans():
+            times = self.expiry.get(node)
+            length = stop - first
+            live = 0 if times is None else _live(times, now)
+            if live < length:
+                return count + live
+            count += length
+        return count
+
+    def live_blocks(self, now: int) -> int:
+        """Blocks the index holds for the worker at `now` (its share of Dynamo's tree)."""
+        return sum(_live(times, now) for times in self.expiry.values())
+
+
+def _live(times: list[int], now: int) -> int:
+    """How many of a run's leading blocks have not expired by `now` (times never rise)."""
+    low, high = 0, len(times)
+    while low < high:
+        mid = (low + high) // 2
+        if times[mid] > now:
+            low = mid + 1
+        else:
+            high = mid
+    return low

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 
-from servesim.cluster.kv_events import PublishedPrefixes
+from servesim.cluster.kv_events import PredictedPrefixes, PublishedPrefixes
 
 # Costs closer than this count as a tie (Dynamo compares floating-point logits so).
 TIE_EPSILON = 1e-5
@@ -130,7 +130,8 @@ class KvAwareSelector:
     """Dynamo's DefaultWorkerSelector over the router's bookkeeping of `workers`."""
 
     def __init__(self, workers: list, overlap_score_weight: float, temperature: float, rng_source,
-                 events_delay_ns: int | None = None, credit: "OverlapCredit | None" = None) -> None:
+                 events_delay_ns: int | None = None, credit: "OverlapCredit | None" = None,
+                 predicted_ttl_ns: int | None = None) -> None:
         self.workers = workers
         self.weight = overlap_score_weight
         self.temperature = temperature
@@ -141,9 +142,13 @@ class KvAwareSelector:
         # The router's index of each worker's cache, fed by its KV events after each pass
         # (cluster/kv_events.py); None: the router reads the caches at the instant of routing.
         self.events_delay_ns = events_delay_ns
-        self.indexes: dict[int, PublishedPrefixes] | None = None
-        if events_delay_ns is not None:
+        self.indexes: dict[int, PublishedPrefixes | PredictedPrefixes] | None = None
+        self.predicted_ttl_ns = predicted_ttl_ns
+        if predicted_ttl_ns is not None:   # no KV events: the router predicts from what it sent
+            self.indexes = {id(w): PredictedPrefixes(w, predicted_ttl_ns) for w in workers}
+        elif events_delay_ns is not None:
             self.indexes = {id(w): PublishedPrefixes(w, events_delay_ns) for w in workers}
+        self._now = 0   # the instant of the last choice
         self._rng_source = rng_source   # () -> numpy Generator, made on first use
         self._rng = None
         self._chosen: Sequence | None = None
@@ -189,6 +194,7 @@ class KvAwareSelector:
     def choose(self, input_length: int, keys_for, now: int, candidates: list[int] | None = None) -> int:
         """The worker for the request; `candidates`: the indices it may go to (None: all)."""
         costs, seqs = self.costs(input_length, keys_for, now, candidates)
+        self._now = now
         if candidates is None:
             index = self._pick(costs)
         else:
@@ -200,7 +206,9 @@ class KvAwareSelector:
         self.sequences.append(WorkerSequences())
         if self.indexes is not None:
             worker = self.workers[-1]
-            self.indexes[id(worker)] = PublishedPrefixes(worker, self.events_delay_ns)
+            self.indexes[id(worker)] = (PublishedPrefixes(worker, self.events_delay_ns)
+                                        if self.predicted_ttl_ns is None
+                                        else PredictedPrefixes(worker, self.predicted_ttl_ns))
 
     def on_pass_done(self, worker, done) -> None:
         """The worker's pass ended: it publishes its KV events to the router's index."""
@@ -244,6 +252,8 @@ class KvAwareSelector:
         if self._chosen is not None:
             self.sequences[index].add(self._chosen, request)
             self._chosen = None
+        if self.predicted_ttl_ns is not None:
+            self.indexes[id(self.workers[index])].routed(request.keys, self._now)
 
     def returned(self, index: int, request) -> None:
         self.sequences[index].remove(request)

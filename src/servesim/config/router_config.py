@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from servesim.schema_base import NonNegativeFloat, NonNegativeInt, PositiveInt, StrictModel
+from servesim.schema_base import NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt, StrictModel
 
 
 class LlmDConfig(StrictModel):
@@ -45,9 +45,12 @@ class RouterConfig(StrictModel):
     overlap_score_credit_decay: NonNegativeFloat = 0.0
     # kv_aware: when the router's index hears of a worker's prefix-cache changes. "pass_end":
     # the engine publishes a step's KV events once its pass ends (vLLM 0.32's
-    # update_from_output) and they arrive kv_events_delay_ms later; "instant": as they happen.
-    kv_events: Literal["pass_end", "instant"] = "pass_end"
+    # update_from_output) and they arrive kv_events_delay_ms later; "instant": as they happen;
+    # "none": Dynamo's --no-kv-events, the router assumes the prompts it sent a worker stay
+    # cached there router_ttl_secs after each send.
+    kv_events: Literal["pass_end", "instant", "none"] = "pass_end"
     kv_events_delay_ms: NonNegativeFloat = 0.0
+    router_ttl_secs: PositiveFloat = 120.0
     llm_d: LlmDConfig = Field(default_factory=LlmDConfig)
     seed: NonNegativeInt | None = None   # null: derived from the root seed
 
