@@ -50,8 +50,8 @@ class PublishedPrefixes:
         batch: dict[int, int] = {}
         for output in outputs:
             for entry in output.entries:
-                if not entry.is_decode:
-                    _touch(batch, kv, entry.request.keys)
+                if not entry.is_decode:   # its prefill keyed its blocks up to num_cached_blocks
+                    _touch(batch, kv, entry.request.keys, entry.request.num_cached_blocks)
         for request in done.finished:
             _touch(batch, kv, request.keys)
         if batch:
@@ -69,22 +69,30 @@ class PublishedPrefixes:
         if not kv.enable_caching or keys is None or not keys.shared_blocks:
             return 0
         self.receive(now)
+        # Both the cache's and the index's views are a head of the prompt's blocks, so the
+        # blocks both hold are the shorter head: walk the index only as far as the cache goes.
+        held = kv.cached_prefix_blocks(keys)
         heard = self.heard
         count = 0
-        for span in keys.chunk_spans():
-            length = span[2] - span[1]
-            seen = min(heard.get(span[0], 0), kv.cached_span_blocks(keys, span))
+        for node, first, stop, _ in keys.chunk_spans():
+            if count >= held:
+                return held
+            length = stop - first
+            seen = heard.get(node, 0)
             if seen < length:
-                return count + seen
+                return min(count + seen, held)
             count += length
-        return count
+        return min(count, held)
 
 
-def _touch(batch: dict[int, int], kv, keys) -> None:
-    """Announce the cache's head of every prefix id the prompt reaches."""
+def _touch(batch: dict[int, int], kv, keys, keyed: int | None = None) -> None:
+    """Announce the cache's head of every prefix id the prompt reaches (with `keyed`, of
+    those whose blocks start below it: the rest this request has not stored yet)."""
     if keys is None or not keys.shared_blocks:
         return
     for span in keys.chunk_spans():
+        if keyed is not None and span[1] >= keyed:
+            return
         batch[span[0]] = kv.cached_span_blocks(keys, span)
 
 
