@@ -158,15 +158,25 @@ def test_single_request_prefixes_as_private_blocks_change_nothing(tmp_path, monk
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(steady_scenarios(), TIMINGS, st.sampled_from(["round_robin", "least_outstanding", "kv_aware", "random", "llm_d"]),
-       st.integers(2, 4), st.sampled_from([0.0, 0.3]))
-def test_fast_matches_reference_replicas(tmp_path, scenario, timing, policy, count, tokenization_ms):
-    """Several aggregated workers behind a router: each fast-forwards up to its own horizon."""
+       st.integers(2, 4), st.sampled_from([0.0, 0.3]), st.sampled_from([None, 0.0, 2.5, "none"]),
+       st.sampled_from(["0.7", "1.2"]))
+def test_fast_matches_reference_replicas(tmp_path, scenario, timing, policy, count, tokenization_ms, events_ms,
+                                         dynamo):
+    """Several aggregated workers behind a router: each fast-forwards up to its own horizon.
+    kv_aware hears KV events at pass ends (plus a delay), reads the caches (None) or predicts
+    them from what it sent ("none"), with either generation of Dynamo's cost."""
     rows, sched, client, trace_block_size = scenario
     trace = write_trace(tmp_path / "t.jsonl", rows)
     config = _config(trace, sched, client, trace_block_size, timing)
     config["engine"]["workers"]["aggregated"]["count"] = count
     config["engine"]["tokenization_ms"] = tokenization_ms
     config["router"] = {"policy": policy}
+    if policy == "kv_aware":
+        if events_ms is None or events_ms == "none":
+            config["router"]["kv_events"] = "instant" if events_ms is None else "none"
+        else:
+            config["router"]["kv_events_delay_ms"] = events_ms
+        config["router"]["dynamo_version"] = dynamo
     assert_same(config)
 
 

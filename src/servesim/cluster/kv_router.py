@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import math
 
+from servesim.cluster.kv_events import PredictedPrefixes, PublishedPrefixes
+
 # Costs closer than this count as a tie (Dynamo compares floating-point logits so).
 TIE_EPSILON = 1e-5
 
@@ -127,39 +129,72 @@ def shared_runs(keys) -> tuple[tuple[int, int], ...]:
 class KvAwareSelector:
     """Dynamo's DefaultWorkerSelector over the router's bookkeeping of `workers`."""
 
-    def __init__(self, workers: list, overlap_score_weight: float, temperature: float, rng_source) -> None:
+    def __init__(self, workers: list, overlap_score_weight: float, temperature: float, rng_source,
+                 events_delay_ns: int | None = None, credit: "OverlapCredit | None" = None,
+                 predicted_ttl_ns: int | None = None) -> None:
         self.workers = workers
         self.weight = overlap_score_weight
         self.temperature = temperature
+        # Dynamo 1.2's cost (overlap_score_credit, prefill_load_scale, its decay) and its
+        # random tie-break; None: the 0.7 cost above, ties to the lowest index.
+        self.credit = credit
         self.sequences = [WorkerSequences() for _ in workers]
+        # The router's index of each worker's cache, fed by its KV events after each pass
+        # (cluster/kv_events.py); None: the router reads the caches at the instant of routing.
+        self.events_delay_ns = events_delay_ns
+        self.indexes: dict[int, PublishedPrefixes | PredictedPrefixes] | None = None
+        self.predicted_ttl_ns = predicted_ttl_ns
+        if predicted_ttl_ns is not None:   # no KV events: the router predicts from what it sent
+            self.indexes = {id(w): PredictedPrefixes(w, predicted_ttl_ns) for w in workers}
+        elif events_delay_ns is not None:
+            self.indexes = {id(w): PublishedPrefixes(w, events_delay_ns) for w in workers}
+        self._now = 0   # the instant of the last choice
         self._rng_source = rng_source   # () -> numpy Generator, made on first use
         self._rng = None
         self._chosen: Sequence | None = None
 
-    def costs(self, input_length: int, keys_for, now: int) -> tuple[list[float], list[Sequence]]:
+    def costs(self, input_length: int, keys_for, now: int,
+              candidates: list[int] | None = None) -> tuple[list[float], list[Sequence]]:
         costs, seqs = [], []
         shared_of: dict = {}   # the prompt's shareable runs, once per keys object
-        for worker, tracked in zip(self.workers, self.sequences):
+        indexes = self.indexes
+        credit = self.credit
+        for tracked in self.sequences:
             tracked.settle(now)
+        least_prefill = 0
+        if credit is not None and credit.decay > 0.0:
+            pool = range(len(self.sequences)) if candidates is None else candidates
+            least_prefill = min(self.sequences[i].prefill_tokens for i in pool)
+        for worker, tracked in zip(self.workers, self.sequences):
             kv = worker.scheduler.kv
             size = kv.block_size
             keys = keys_for(worker) if keys_for is not None else None
-            overlap = kv.cached_prefix_blocks(keys) if keys is not None else 0
+            if keys is None:
+                overlap = 0
+            elif indexes is None:
+                overlap = kv.cached_prefix_blocks(keys)
+            else:
+                overlap = indexes[id(worker)].cached_prefix_blocks(keys, now)
             shared = shared_of.get(id(keys))
             if shared is None:
                 shared = shared_of[id(keys)] = shared_runs(keys)
             shared_count = 0 if keys is None else keys.shared_blocks
             seq = Sequence(shared, input_length // size - shared_count, max(input_length - overlap * size, 0),
                            shared_count)
-            prefill_blocks = (tracked.prefill_tokens + seq.prefill_tokens) / size
             decode_blocks = tracked.active_blocks() + tracked.new_blocks(seq)
-            costs.append(self.weight * prefill_blocks + decode_blocks)
+            if credit is None:
+                prefill_blocks = (tracked.prefill_tokens + seq.prefill_tokens) / size
+                costs.append(self.weight * prefill_blocks + decode_blocks)
+            else:
+                costs.append(credit.prefill_cost(tracked.prefill_tokens, input_length, overlap, size,
+                                                 least_prefill) + decode_blocks)
             seqs.append(seq)
         return costs, seqs
 
     def choose(self, input_length: int, keys_for, now: int, candidates: list[int] | None = None) -> int:
         """The worker for the request; `candidates`: the indices it may go to (None: all)."""
-        costs, seqs = self.costs(input_length, keys_for, now)
+        costs, seqs = self.costs(input_length, keys_for, now, candidates)
+        self._now = now
         if candidates is None:
             index = self._pick(costs)
         else:
@@ -169,12 +204,44 @@ class KvAwareSelector:
 
     def add_worker(self) -> None:
         self.sequences.append(WorkerSequences())
+        if self.indexes is not None:
+            worker = self.workers[-1]
+            self.indexes[id(worker)] = (PublishedPrefixes(worker, self.events_delay_ns)
+                                        if self.predicted_ttl_ns is None
+                                        else PredictedPrefixes(worker, self.predicted_ttl_ns))
+
+    def on_pass_done(self, worker, done) -> None:
+        """The worker's pass ended: it publishes its KV events to the router's index."""
+        index = self.indexes.get(id(worker))
+        if index is not None:
+            index.publish(done, done.end_ns)
 
     def _pick(self, costs: list[float]) -> int:
-        if self.temperature == 0.0:
-            low = min(costs)
-            return next(i for i, c in enumerate(costs) if abs(c - low) < TIE_EPSILON)
-        return softmax_pick(costs, self.temperature, self._draw())
+        if self.temperature != 0.0:
+            return softmax_pick(costs, self.temperature, self._draw())
+        if self.credit is not None:
+            return self._lowest_drawing_ties(costs)
+        low = min(costs)
+        return next(i for i, c in enumerate(costs) if abs(c - low) < TIE_EPSILON)
+
+    def _lowest_drawing_ties(self, costs: list[float]) -> int:
+        """Dynamo 1.2's minimum_cost_index: the lowest cost; among equal ones each later one
+        replaces the pick with probability 1 / (ties so far), so every tied worker is equally
+        likely (a draw from the router's seeded stream at each tie)."""
+        best, best_cost, ties = 0, math.inf, 0
+        for i, cost in enumerate(costs):
+            if cost < best_cost:
+                best, best_cost, ties = i, cost, 1
+            elif cost == best_cost:
+                ties += 1
+                if self._draw_index(ties) == 0:
+                    best = i
+        return best
+
+    def _draw_index(self, count: int) -> int:
+        if self._rng is None:
+            self._rng = self._rng_source()
+        return int(self._rng.integers(count))
 
     def _draw(self) -> float:
         if self._rng is None:
@@ -185,9 +252,40 @@ class KvAwareSelector:
         if self._chosen is not None:
             self.sequences[index].add(self._chosen, request)
             self._chosen = None
+        if self.predicted_ttl_ns is not None:
+            self.indexes[id(self.workers[index])].routed(request.keys, self._now)
 
     def returned(self, index: int, request) -> None:
         self.sequences[index].remove(request)
+
+
+class OverlapCredit:
+    """Dynamo 1.2's prefill term (`DefaultWorkerScorer::worker_logit`):
+
+        prefill_load_scale × max(raw prefill blocks − credit × decay × overlap blocks, 0)
+
+    raw prefill blocks: the prefill tokens queued on the worker plus this whole prompt, over
+    the block size; decay: 1 / (1 + overlap_score_credit_decay × the worker's queued prefill
+    above the least-loaded candidate's, in blocks, over this prompt's blocks), 1 when the
+    decay is 0 (the default). With the defaults (credit 1, scale 1, decay 0) this is the 0.7
+    router's cost at overlap_score_weight 1."""
+
+    __slots__ = ("credit", "scale", "decay")
+
+    def __init__(self, credit: float, scale: float, decay: float) -> None:
+        self.credit = credit
+        self.scale = scale
+        self.decay = decay
+
+    def prefill_cost(self, queued_tokens: int, input_length: int, overlap: int, size: int,
+                     least_queued: int) -> float:
+        raw_blocks = (queued_tokens + input_length) / size
+        credit = self.credit
+        if self.decay > 0.0:
+            excess_blocks = (queued_tokens - least_queued) / size
+            request_blocks = -(-input_length // size)
+            credit /= 1.0 + self.decay * excess_blocks / request_blocks
+        return self.scale * max(raw_blocks - credit * overlap, 0.0)
 
 
 def softmax_pick(costs: list[float], temperature: float, draw: float) -> int:

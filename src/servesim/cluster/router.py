@@ -18,7 +18,7 @@ holds as its cache events have announced them. It never looks ahead.
 
 from __future__ import annotations
 
-from servesim.cluster.kv_router import KvAwareSelector
+from servesim.cluster.kv_router import KvAwareSelector, OverlapCredit
 from servesim.cluster.llm_d_router import LlmDPicker
 from servesim.config.run_spec import RouterSpec
 from servesim.seeds import rng_for
@@ -38,9 +38,21 @@ class Router:
         self.ready: list[bool] | None = None
         self.selector = None
         if cfg.policy == "kv_aware":
-            self.selector = KvAwareSelector(workers, cfg.overlap_weight, cfg.temperature, self._make_rng)
+            delay = cfg.kv_events_delay_ns if cfg.kv_events == "pass_end" else None
+            ttl = cfg.router_ttl_ns if cfg.kv_events == "none" else None
+            credit = None
+            if cfg.dynamo_version == "1.2":
+                credit = OverlapCredit(cfg.overlap_score_credit, cfg.prefill_load_scale, cfg.overlap_score_credit_decay)
+            self.selector = KvAwareSelector(workers, cfg.overlap_weight, cfg.temperature, self._make_rng, delay,
+                                            credit, ttl)
         elif cfg.policy == "llm_d":
             self.selector = LlmDPicker(cfg.llm_d, workers, factory, self._make_rng)
+
+    @property
+    def hears_kv_events(self) -> bool:
+        """Its index of the workers' caches is fed by their KV events at pass ends."""
+        return self.policy == "kv_aware" and self.selector.events_delay_ns is not None \
+            and self.selector.predicted_ttl_ns is None
 
     def _make_rng(self):
         return rng_for(self._seed, self._purpose)

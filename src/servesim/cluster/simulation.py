@@ -116,6 +116,8 @@ class Simulation:
             for scaler, _ in self.autoscalers.values():
                 scaler.owes_handoff = self.disaggregation.owes
         self._completion_observers = [s for s, _ in self.autoscalers.values() if hasattr(s, "on_complete")]
+        # kv_aware routers whose index hears the workers' KV events at each pass end.
+        self._event_routers = [r for r in self.routers.values() if r.hears_kv_events]
         self._next_sync: int | None = None   # the autoscalers' next sync, while armed
 
     # ------------------------------------------------------------------ scheduling events
@@ -215,6 +217,8 @@ class Simulation:
 
     def on_pass_done(self, worker: Worker, done: PassResult) -> None:
         self.collector.on_pass(worker, done)
+        for router in self._event_routers:
+            router.selector.on_pass_done(worker, done)
         if self.on_token is not None:
             # The reference engine runs under a callback (cluster/engine_choice.py): every
             # pass lists each request that got tokens in it.

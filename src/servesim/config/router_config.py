@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
-from servesim.schema_base import NonNegativeFloat, NonNegativeInt, PositiveInt, StrictModel
+from servesim.schema_base import NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt, StrictModel
 
 
 class LlmDConfig(StrictModel):
@@ -36,6 +36,21 @@ class RouterConfig(StrictModel):
     overlap_score_weight: NonNegativeFloat = 1.0
     # Softmax temperature over the normalised costs; 0 picks the lowest cost.
     router_temperature: NonNegativeFloat = 0.0
+    # kv_aware: which generation of Dynamo's cost. "0.7": overlap_score_weight × prefill blocks
+    # + decode blocks, ties to the lowest index. "1.2": prefill_load_scale × max(raw prefill
+    # blocks − overlap_score_credit × decay × cached blocks, 0) + decode blocks, ties drawn.
+    dynamo_version: Literal["0.7", "1.2"] = "0.7"
+    overlap_score_credit: float = Field(default=1.0, ge=0.0, le=1.0)
+    prefill_load_scale: NonNegativeFloat = 1.0
+    overlap_score_credit_decay: NonNegativeFloat = 0.0
+    # kv_aware: when the router's index hears of a worker's prefix-cache changes. "pass_end":
+    # the engine publishes a step's KV events once its pass ends (vLLM 0.32's
+    # update_from_output) and they arrive kv_events_delay_ms later; "instant": as they happen;
+    # "none": Dynamo's --no-kv-events, the router assumes the prompts it sent a worker stay
+    # cached there router_ttl_secs after each send.
+    kv_events: Literal["pass_end", "instant", "none"] = "pass_end"
+    kv_events_delay_ms: NonNegativeFloat = 0.0
+    router_ttl_secs: PositiveFloat = 120.0
     llm_d: LlmDConfig = Field(default_factory=LlmDConfig)
     seed: NonNegativeInt | None = None   # null: derived from the root seed
 
@@ -48,6 +63,24 @@ class RouterConfig(StrictModel):
             data = dict(data)
             data["overlap_score_weight"] = data.pop("overlap_weight")
         return data
+
+    @field_validator("dynamo_version", mode="before")
+    @classmethod
+    def _version_as_written(cls, value: Any) -> Any:
+        # `--set router.dynamo_version=1.2` and YAML's unquoted 1.2 read as numbers.
+        return str(value) if isinstance(value, float) else value
+
+    @model_validator(mode="after")
+    def _one_generation(self) -> "RouterConfig":
+        if self.dynamo_version == "1.2" and self.overlap_score_weight != 1.0:
+            raise ValueError("overlap_score_weight is the Dynamo 0.7 router's weight; Dynamo 1.2 reads it as "
+                             "prefill_load_scale: set router.prefill_load_scale instead")
+        newer = {"overlap_score_credit": 1.0, "prefill_load_scale": 1.0, "overlap_score_credit_decay": 0.0}
+        changed = [key for key, default in newer.items() if getattr(self, key) != default]
+        if self.dynamo_version == "0.7" and changed:
+            raise ValueError(f"router.{changed[0]} belongs to Dynamo 1.2's cost: set router.dynamo_version: "
+                             "'1.2' to use it")
+        return self
 
     @property
     def overlap_weight(self) -> float:

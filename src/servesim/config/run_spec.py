@@ -74,6 +74,13 @@ class RouterSpec:
     seed: int                   # router.seed, or the root seed when it is null
     temperature: float = 0.0    # router.router_temperature (kv_aware)
     llm_d: Any = None           # router.llm_d (config/router_config.py LlmDConfig)
+    kv_events: str = "pass_end"  # router.kv_events (kv_aware): "pass_end", "instant" or "none"
+    kv_events_delay_ns: int = 0  # router.kv_events_delay_ms, in ns
+    dynamo_version: str = "0.7"  # router.dynamo_version (kv_aware): which generation of Dynamo's cost
+    overlap_score_credit: float = 1.0         # the 1.2 cost's keys
+    prefill_load_scale: float = 1.0
+    overlap_score_credit_decay: float = 0.0
+    router_ttl_ns: int = 120_000_000_000   # router.router_ttl_secs (kv_events: none), in ns
 
 
 @dataclass(frozen=True)
@@ -116,7 +123,10 @@ def lower(config: SimulationConfig, model: ModelSpec, gpu: GpuSpec, backend: Bac
     transfer = _transfer(engine.kv_transfer, deployments) if engine.disaggregated else None
     router = RouterSpec(config.router.policy, config.router.overlap_score_weight,
                         _router_seed(config.router, config.seed), config.router.router_temperature,
-                        config.router.llm_d)
+                        config.router.llm_d, config.router.kv_events,
+                        round(config.router.kv_events_delay_ms * 1_000_000), config.router.dynamo_version,
+                        config.router.overlap_score_credit, config.router.prefill_load_scale,
+                        config.router.overlap_score_credit_decay, round(config.router.router_ttl_secs * 1_000_000_000))
     return RunSpec(config, model, gpu, backend, engine.version, config.seed, _request_path(config, model, backend),
                    config.workload.warmup_requests, engine.reference, MappingProxyType(roles), router, transfer,
                    trace_path, source, lengths_path)

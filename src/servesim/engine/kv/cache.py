@@ -182,6 +182,12 @@ class KvCache:
             count += stop - first
         return count
 
+    def cached_span_blocks(self, keys, span: tuple[int, int, int, int]) -> int:
+        """How many of one prefix id's shared blocks of a prompt (a `chunk_spans` entry) this
+        cache holds, from the span's first: a router's index entry (cluster/kv_events.py)."""
+        chunk = self.chunks.get(span[0])
+        return 0 if chunk is None else min(len(chunk), span[2] - span[1])
+
     # ------------------------------------------------------------------ allocation
 
     def is_evictable(self, block: int) -> bool:

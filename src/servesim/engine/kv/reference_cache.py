@@ -116,6 +116,17 @@ class ReferenceKvCache:
             count += 1
         return count
 
+    def cached_span_blocks(self, keys, span: tuple[int, int, int, int]) -> int:
+        """How many of one prefix id's shared blocks of a prompt (a `chunk_spans` entry) this
+        cache holds, from the span's first: a router's index entry (cluster/kv_events.py)."""
+        cache = self.cache
+        count = 0
+        for key in keys.shared_keys(span[1], span[2]):
+            if key not in cache:
+                break
+            count += 1
+        return count
+
     # ------------------------------------------------------------------ allocation
 
     def is_evictable(self, block: int) -> bool:
