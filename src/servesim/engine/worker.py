@@ -23,6 +23,7 @@ arrivals, engine arrivals, scheduler calls (see cluster/simulation.py).
 
 from __future__ import annotations
 
+import heapq
 from bisect import bisect_left
 from collections import deque
 from itertools import accumulate
@@ -61,7 +62,9 @@ class Worker:
         self.min_pass_ns = timing.min_pass_ns()
         self.fast_forward = scheduler.fast_forwards   # engine/events.py's FastForward
         self._last_call_preempted = False
-        self._arrivals_due: deque[int] = deque()   # engine arrivals routed here, not yet delivered
+        # Engine arrivals routed here, not yet delivered (a heap): a request's path to the engine
+        # takes longer for a longer prompt, so they do not arrive in the order they were routed.
+        self._arrivals_due: list[int] = []
         self._last_launched: SchedulerOutput | None = None   # sync: the pass the last call started
         self._run_calls = 0     # scheduler calls a fast-forwarded run stood for, not yet counted
         # Async runs may commit their follow-up pass at their second-to-last pass end (see
@@ -79,7 +82,7 @@ class Worker:
     # ------------------------------------------------------------------ events
 
     def expect_arrival(self, t: int) -> None:
-        self._arrivals_due.append(t)
+        heapq.heappush(self._arrivals_due, t)
 
     def next_engine_arrival(self) -> int | None:
         return self._arrivals_due[0] if self._arrivals_due else None
@@ -104,7 +107,7 @@ class Worker:
         return None if arrival is None else arrival + shortest
 
     def on_engine_arrival(self, now: int, request: Request) -> None:
-        self._arrivals_due.popleft()
+        heapq.heappop(self._arrivals_due)   # arrivals are delivered in time order: this one is the earliest
         request.worker = self.name
         self.intake.append(request)
         if self.executing is None and not self.call_pending:
