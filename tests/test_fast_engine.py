@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 import servesim
 from tests.support.equivalence import assert_same
-from tests.support.runs import write_trace
+from tests.support.runs import REQUEST_PATH, write_trace
 from tests.support.scenarios import SPECULATIVE, as_backend, scenarios
 
 
@@ -40,11 +40,15 @@ TIMINGS = st.sampled_from([
 
 
 @settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(scenarios(), TIMINGS)
-def test_fast_matches_reference(tmp_path, scenario, timing):
+@given(scenarios(), TIMINGS, st.booleans())
+def test_fast_matches_reference(tmp_path, scenario, timing, request_path):
     rows, sched, client, trace_block_size = scenario
     trace = write_trace(tmp_path / "t.jsonl", rows)
     config = _config(trace, sched, client, trace_block_size, timing)
+    if request_path:
+        # A per-token path to the engine: longer prompts arrive later than they were routed,
+        # so engine arrivals cross (tests/test_arrival_order.py).
+        config["engine"]["request_path"] = REQUEST_PATH
     # A third of the requests are warm-up: the ITL histogram leaves their gaps out, which the
     # fast engine must count apart among the tokens it delivers in aggregate.
     config["workload"]["warmup_requests"] = len(rows) // 3
