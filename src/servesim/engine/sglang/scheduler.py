@@ -18,6 +18,7 @@ from servesim.engine.kv.cache import ceil_div
 from servesim.engine.passes import PassEntry, PassResult, SchedulerOutput
 from servesim.engine.request import Request
 from servesim.engine.scheduler_core import SchedulerCore
+from servesim.engine.sglang.retract_runs import next_prefill_fails
 
 CLIP_MAX_NEW_TOKENS = 4096        # SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION
 RETRACT_DECODE_STEPS = 20         # SGLANG_RETRACT_DECODE_STEPS
@@ -321,11 +322,30 @@ class FastSglangScheduler(DecodeRuns, SglangScheduler):
     """SGLang with runs of identical decode passes fast-forwarded (engine/decode_runs.py)."""
 
     _committed: SchedulerOutput | None = None   # a decode pass whose entries are already committed
+    # Does the next call's prefill try fail and mark the batch full (engine/sglang/retract_runs.py)?
+    # Settled once per run asked for (None: not yet), the mark set as the run is made.
+    _full_after_run: bool | None = None
+
+    def quiet_steps(self, decided: SchedulerOutput, limit: int, now: int) -> int:
+        self._full_after_run = None
+        return super().quiet_steps(decided, limit, now)
 
     def _admission_quiet(self) -> bool:
         # A prefill is tried only while something waits and the batch is not marked full, and
-        # that mark stays until a running request leaves (the run's last pass at the earliest).
-        return self.chunked is None and (not self.waiting or self.batch_is_full)
+        # that mark stays until a running request leaves (the run's last pass at the earliest);
+        # else the next call's try must fail at its first candidate.
+        if self.chunked is not None:
+            return False
+        if not self.waiting or self.batch_is_full:
+            return True
+        if self._full_after_run is None:
+            self._full_after_run = self.speculation is None and next_prefill_fails(
+                self, 0 if self.async_scheduling else 1, CLIP_MAX_NEW_TOKENS)
+        return self._full_after_run
+
+    def _runs_past_preemption(self, decided: SchedulerOutput) -> bool:
+        # Retracted requests come back only through a prefill try, which the run has settled.
+        return self._admission_quiet()
 
     def _request_slots(self) -> int:
         return self.max_running_requests
@@ -395,6 +415,9 @@ class FastSglangScheduler(DecodeRuns, SglangScheduler):
         super()._update_after_schedule(out)
 
     def _advance_run(self, extra: int) -> None:
+        if self._full_after_run:   # the run's second call tried to admit and marked the batch full
+            self.batch_is_full = True
+            self._full_after_run = False
         # One decay per decode pass, in the engine's float arithmetic.
         ratio, decay, floor = self.new_token_ratio, self.decay, self.min_ratio
         for _ in range(extra):

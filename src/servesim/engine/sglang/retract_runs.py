@@ -1,0 +1,52 @@
+"""A decode run that starts at a pass whose next scheduler call would try, and fail, to admit.
+
+SGLang tries a prefill at every scheduler call while something waits and the batch is not
+marked full (`SglangScheduler._prefill_pass`); a failed try marks it full, and only a running
+request leaving clears the mark. A retraction clears it too and puts its victims at the back
+of the waiting queue, so the pass that retracts used to end every run: the call after it
+tries to admit. That try reads only counts the run's first pass has already fixed, so it can
+be settled as the run starts:
+
+- with overlap, the engine makes that call right after the pass is started, seeing exactly
+  the state the fast engine sees when it asks for a run (outputs of the pass before
+  processed, this pass committed);
+- without overlap, it makes it after this pass's outputs: every running request has one more
+  output token (none finishes in it, or there would be no run), nothing else changes.
+
+When the try would stop at its first candidate with the batch marked full (the running
+limit reached, or the candidate's tokens above the budget), the run may start here: its
+first pass keeps its retractions, and the mark is set as the run is made, as that call sets
+it. Any other outcome (an admission, or a stop that leaves the mark clear) keeps the
+explicit passes. Mixed chunks, a chunked prompt mid-way and a host KV tier are left to the
+explicit passes.
+"""
+
+from __future__ import annotations
+
+
+def next_prefill_fails(scheduler, ahead: int, clip: int) -> bool:
+    """Would the next scheduler call's prefill try stop at its first candidate and mark the
+    batch full? `ahead`: output tokens each running request gains before that call (1 without
+    overlap, 0 with); `clip`: SGLang's clip on a request's remaining output in the budget. The rules are `SglangScheduler._prefill_pass`'s for its first candidate
+    with no chunk in progress and no mixed decodes, in the same arithmetic."""
+    kv = scheduler.kv
+    if (scheduler.chunked is not None or scheduler.enable_mixed_chunk or kv.host is not None
+            or not scheduler.waiting or scheduler.max_prefill_tokens <= 0
+            or (scheduler.chunked_prefill_size is not None and scheduler.chunked_prefill_size <= 0)):
+        return False
+    running = scheduler.running
+    if len(running) >= scheduler.max_running_requests:
+        return True
+    page = kv.block_size
+    head = scheduler._order()[0]
+    hits = kv.lookup(head)
+    extend = head.num_tokens - len(hits) * page
+    total = extend + min(max(head.max_tokens - head.num_output, 0), clip)
+    locked = sum(1 for block in hits if kv.is_evictable(block)) * page
+    reserved = 0
+    for request in running:
+        left = request.max_tokens - request.num_output - ahead
+        if left > 0:
+            reserved += left if left < clip else clip
+    total_offset = 0 + reserved * scheduler.new_token_ratio   # `mixed + _reserved_decode_tokens()`
+    return total >= kv.num_free * page - total_offset - locked
