@@ -1,6 +1,7 @@
 """SGLang's decode runs that start at a retraction (engine/sglang/retract_runs.py): the next call's
 prefill try settled as the run starts, held to `_prefill_pass` on hand-built states and to the
-reference scheduler, pass log by pass log, on random workloads that retract."""
+reference scheduler, pass log by pass log, on random workloads that retract; and their outputs,
+summary KV timeline included, equal to those of the fast engine without such runs."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import copy
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
+import servesim
 
 from servesim.engine.kv.cache import KvCache
 from servesim.engine.request import Request
@@ -77,6 +80,24 @@ def _config(trace, sched, client):
     }
 
 
+def _without_retraction_runs(config) -> dict:
+    """The fast engine's summary with runs only where they started before: no run from a pass
+    that retracted or whose next call tries a prefill."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(FastSglangScheduler, "_runs_past_preemption", lambda self, decided: False)
+        patch.setattr("servesim.engine.sglang.scheduler.next_prefill_fails", lambda *args: False)
+        return servesim.simulate(copy.deepcopy(config))
+
+
+def assert_same_as_without(config, fast) -> None:
+    """Whole summaries equal (KV timeline and mean included), but for the wall clock."""
+    before = _without_retraction_runs(config)
+    assert fast.requests == before.requests
+    drop = ("wall_time_ms",)
+    assert {k: v for k, v in fast.summary.items() if k not in drop} == \
+        {k: v for k, v in before.summary.items() if k not in drop}
+
+
 def _count_retraction_runs(monkeypatch) -> dict:
     """Counts of runs made whose first pass retracted."""
     counts = {"runs": 0}
@@ -102,10 +123,12 @@ def test_a_run_starts_at_a_retraction(tmp_path, monkeypatch):
         sched = {"page_size": 1, "context_length": 128, "max_total_tokens": 900, "max_running_requests": 64,
                  "chunked_prefill_size": 256, "max_prefill_tokens": 256, "disable_overlap_schedule": overlap_off,
                  "num_reserved_decode_tokens": 0}
-        fast = assert_same(_config(write_trace(tmp_path / f"t{overlap_off}.jsonl", rows), sched,
-                                   {"mode": "closed_loop", "concurrency": 16}))
+        config = _config(write_trace(tmp_path / f"t{overlap_off}.jsonl", rows), sched,
+                         {"mode": "closed_loop", "concurrency": 16})
+        fast = assert_same(config)
         assert fast.summary["preemptions"] == 2
         assert counts["runs"] - before == 2
+        assert_same_as_without(config, servesim.simulate(copy.deepcopy(config)))   # assert_same drops KV samples
 
 
 @st.composite
@@ -150,3 +173,4 @@ def test_retracting_workloads_match_the_reference_pass_by_pass(tmp_path, monkeyp
     config = _config(write_trace(tmp_path / "t.jsonl", rows), sched, client)
     config["workload"]["warmup_requests"] = 1
     assert_same_pass_logs(config, monkeypatch)
+    assert_same_as_without(config, servesim.simulate(copy.deepcopy(config)))

@@ -23,6 +23,8 @@ explicit passes.
 
 from __future__ import annotations
 
+from servesim.engine.passes import PassResult, PassRun, SchedulerOutput
+
 
 def next_prefill_fails(scheduler, ahead: int, clip: int) -> bool:
     """Would the next scheduler call's prefill try stop at its first candidate and mark the
@@ -50,3 +52,37 @@ def next_prefill_fails(scheduler, ahead: int, clip: int) -> bool:
             reserved += left if left < clip else clip
     total_offset = 0 + reserved * scheduler.new_token_ratio   # `mixed + _reserved_decode_tokens()`
     return total >= kv.num_free * page - total_offset - locked
+
+
+def report_first_pass_apart(decided: SchedulerOutput, start_ns: int, kv_used: int) -> None:
+    """Report the run's first pass as a result of its own (`PassRun.early`), at its end and with
+    the KV usage the engine has then (`kv_used`), its preemptions and free blocks with it.
+
+    A run that starts at a pass the engine could not have run past before (a retraction, or a
+    prefill try still to come) then leaves the records the explicit pass and the run after it
+    leave: the same KV samples, pass counts and deliveries, so outputs do not depend on whether
+    the first pass ran alone."""
+    run = decided.run
+    entries = decided.entries
+    first = SchedulerOutput()
+    first.entries = entries
+    first.preempted, decided.preempted = decided.preempted, []
+    first.free_blocks = decided.free_blocks
+    first.num_tokens = len(entries)
+    decided.num_tokens -= len(entries)
+    durations = run.durations
+    part = PassRun(1, None if durations is None else durations[:1], run.gap_ns)
+    part.per_pass = run.per_pass
+    part.late_previous_ns, run.late_previous_ns = run.late_previous_ns, []
+    if run.free_blocks is not None:
+        part.free_blocks, run.free_blocks = run.free_blocks[:1], run.free_blocks[1:]
+    result = PassResult(first, 0, start_ns)
+    result.run = part
+    result.aggregate = part.per_pass
+    result.end_ns = start_ns + (run.gap_ns if durations is None else durations[0])
+    result.kv_used = kv_used
+    run.early = [result]
+    run.early_steps = 1
+    run.opens = False
+    if durations is not None:
+        run.durations = durations[1:]

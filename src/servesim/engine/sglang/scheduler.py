@@ -18,7 +18,7 @@ from servesim.engine.kv.cache import ceil_div
 from servesim.engine.passes import PassEntry, PassResult, SchedulerOutput
 from servesim.engine.request import Request
 from servesim.engine.scheduler_core import SchedulerCore
-from servesim.engine.sglang.retract_runs import next_prefill_fails
+from servesim.engine.sglang.retract_runs import next_prefill_fails, report_first_pass_apart
 
 CLIP_MAX_NEW_TOKENS = 4096        # SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION
 RETRACT_DECODE_STEPS = 20         # SGLANG_RETRACT_DECODE_STEPS
@@ -346,6 +346,16 @@ class FastSglangScheduler(DecodeRuns, SglangScheduler):
     def _runs_past_preemption(self, decided: SchedulerOutput) -> bool:
         # Retracted requests come back only through a prefill try, which the run has settled.
         return self._admission_quiet()
+
+    def extend(self, decided: SchedulerOutput, steps: int, durations, uniform_ns: int = 0) -> None:
+        if not (decided.preempted or self._full_after_run):
+            return super().extend(decided, steps, durations, uniform_ns)
+        # A run from a pass that retracted or whose next call tries a prefill: its first pass is
+        # reported apart, at its end the KV in use as the engine has it then (with overlap the
+        # next pass's blocks taken too).
+        kv_used = self.kv.num_used + (self._run_blocks(decided.entries, 1) if self.async_scheduling else 0)
+        super().extend(decided, steps, durations, uniform_ns)
+        report_first_pass_apart(decided, self._run_start, kv_used)
 
     def _request_slots(self) -> int:
         return self.max_running_requests
