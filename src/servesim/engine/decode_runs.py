@@ -12,7 +12,9 @@ pass.
 What "nothing can change" means, pass by pass, in the reference scheduler:
 
 - no admission: nothing waiting, or the waiting head stopped by a rule whose
-  outcome the run's passes cannot change (the backend says which, `_admission_quiet`);
+  outcome the run's passes cannot change (the backend says which, `_admission_quiet`;
+  SGLang settles its next call's prefill try there, so its runs may start at a pass that
+  retracted: `_runs_past_preemption`, engine/sglang/retract_runs.py);
 - no request mid-prompt, no received KV to admit (or no request slot for it), no
   handoff waiting for this decode worker's blocks (its admission rules can change as
   the batch decodes);

@@ -363,8 +363,9 @@ class FastSglangScheduler(DecodeRuns, SglangScheduler):
     def _decode_pass(self) -> SchedulerOutput:
         """The reference's decode pass with its counts done once: one loop over the batch
         counts every request's new blocks, and the cache takes them without counting again
-        (`KvCache.allocate_needs`). A pass that retracts, drafts or reaches the context limit
-        takes the reference's path; nothing is changed before it does."""
+        (`KvCache.allocate_needs`); a pass that retracts does so on those counts (`_retract_for`).
+        A pass that drafts or reaches the context limit takes the reference's path; nothing is
+        changed before it does."""
         if self.speculation is not None:
             return super()._decode_pass()
         kv = self.kv
@@ -387,14 +388,40 @@ class FastSglangScheduler(DecodeRuns, SglangScheduler):
             if blocks > 0:
                 need += blocks
             needs.append(blocks)
-        if need > kv.num_free:
-            return super()._decode_pass()   # it retracts, or a lone request does not fit
         out = SchedulerOutput()
-        if decoders:
+        if need > kv.num_free:
+            need = self._retract_for(out, decoders, needs, need)
+            if need > kv.num_free:   # a lone request does not fit: the reference's allocation
+                self._add_decodes(out, decoders, [1] * len(decoders))
+                return out
+        elif decoders:
             self.new_token_ratio = max(self.new_token_ratio - self.decay, self.min_ratio)
+        if decoders:
             kv.allocate_needs(decoders, [1] * len(decoders), needs, need)
             self._commit_decodes(out, decoders)
         return out
+
+    def _retract_for(self, out: SchedulerOutput, decoders: list, needs: list, need: int) -> int:
+        """The reference's retraction (`SglangScheduler._decode_pass`) on the counts the fast pass
+        made: victims leave `decoders` and `needs` until `need` blocks fit or one request is left,
+        then `new_token_ratio` is reset from the remaining batch. Returns the blocks still needed."""
+        kv = self.kv
+        while need > kv.num_free and len(decoders) > 1:
+            victim = min(decoders, key=lambda r: (r.num_output, -r.prompt_len, -r.seq))
+            index = decoders.index(victim)
+            del decoders[index]
+            blocks = needs.pop(index)
+            if blocks > 0:
+                need -= blocks   # the others' needs do not depend on it
+            self._retract(victim)
+            out.preempted.append(victim)
+        if out.preempted:
+            remaining = self.running
+            self.new_token_ratio = min(1.0, (sum(r.num_output for r in remaining) + RETRACT_DECODE_STEPS
+                                             * len(remaining)) / (sum(r.max_tokens for r in remaining) + 1))
+        elif decoders:
+            self.new_token_ratio = max(self.new_token_ratio - self.decay, self.min_ratio)
+        return need
 
     def _commit_decodes(self, out: SchedulerOutput, decoders: list) -> None:
         """The pass's entries with `_update_after_schedule`'s bookkeeping done as each is made
