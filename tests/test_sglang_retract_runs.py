@@ -63,7 +63,8 @@ def test_next_prefill_try_matches_the_reference(free, ahead, fails):
 
 
 def test_next_prefill_try_at_the_running_limit_and_where_it_is_not_settled():
-    assert next_prefill_fails(_state(100, max_running=2), 0, CLIP_MAX_NEW_TOKENS)   # two running of 2: full, whatever the pool
+    # Two running of at most 2: the batch is full, whatever the pool.
+    assert next_prefill_fails(_state(100, max_running=2), 0, CLIP_MAX_NEW_TOKENS)
     assert _reference_try_fails(_state(100, max_running=2))
     mixed = _state(0)
     mixed.enable_mixed_chunk = True
@@ -148,7 +149,8 @@ def _retracting(draw):
     sched = {
         "page_size": page, "context_length": 256, "max_total_tokens": pool,
         "max_running_requests": draw(st.integers(2, 16)),
-        "chunked_prefill_size": draw(st.sampled_from([16, 64, -1])), "max_prefill_tokens": draw(st.sampled_from([48, 128])),
+        "chunked_prefill_size": draw(st.sampled_from([16, 64, -1])),
+        "max_prefill_tokens": draw(st.sampled_from([48, 128])),
         "disable_radix_cache": draw(st.booleans()),
         "disable_overlap_schedule": draw(st.booleans()),
         "schedule_policy": draw(st.sampled_from(["fcfs", "lpm"])),

@@ -14,11 +14,13 @@ be settled as the run starts:
   output token (none finishes in it, or there would be no run), nothing else changes.
 
 When the try would stop at its first candidate with the batch marked full (the running
-limit reached, or the candidate's tokens above the budget), the run may start here: its
-first pass keeps its retractions, and the mark is set as the run is made, as that call sets
-it. Any other outcome (an admission, or a stop that leaves the mark clear) keeps the
+limit reached, or the candidate's tokens at or above the budget), the run may start here:
+its first pass keeps its retractions, and the mark is set as the run is made, as that call
+sets it. Any other outcome (an admission, or a stop that leaves the mark clear) keeps the
 explicit passes. Mixed chunks, a chunked prompt mid-way and a host KV tier are left to the
-explicit passes.
+explicit passes. The run's first pass is reported as a result of its own
+(`report_first_pass_apart`), so the records are the ones the explicit pass and the run after
+it leave.
 """
 
 from __future__ import annotations
@@ -29,8 +31,9 @@ from servesim.engine.passes import PassResult, PassRun, SchedulerOutput
 def next_prefill_fails(scheduler, ahead: int, clip: int) -> bool:
     """Would the next scheduler call's prefill try stop at its first candidate and mark the
     batch full? `ahead`: output tokens each running request gains before that call (1 without
-    overlap, 0 with); `clip`: SGLang's clip on a request's remaining output in the budget. The rules are `SglangScheduler._prefill_pass`'s for its first candidate
-    with no chunk in progress and no mixed decodes, in the same arithmetic."""
+    overlap, 0 with); `clip`: SGLang's clip on a request's remaining output in the budget.
+    The rules are `SglangScheduler._prefill_pass`'s for its first candidate with no chunk in
+    progress and no mixed decodes, in the same arithmetic."""
     kv = scheduler.kv
     if (scheduler.chunked is not None or scheduler.enable_mixed_chunk or kv.host is not None
             or not scheduler.waiting or scheduler.max_prefill_tokens <= 0
