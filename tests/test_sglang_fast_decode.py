@@ -1,6 +1,7 @@
 """SGLang's fast decode pass (FastSglangScheduler._decode_pass: the batch's new blocks counted once,
-taken with KvCache.allocate_needs) against the reference scheduler, on random workloads that
-retract, reach the context limit, run with and without overlap, and on one-token and larger pages."""
+taken with KvCache.allocate_needs, retractions made on those counts) against the reference
+scheduler, on random workloads that retract, reach the context limit, run with and without
+overlap, and on one-token and larger pages."""
 
 from __future__ import annotations
 
@@ -25,9 +26,15 @@ def _config(trace, sched, client, trace_block_size):
 
 
 def _count_paths(monkeypatch) -> dict:
-    """Counts of fast decode passes that took blocks in one count, and of those that fell back."""
-    counts = {"fused": 0, "reference": 0}
+    """Counts of fast decode passes that took blocks in one count, of those that retracted on
+    the fast pass's counts, and of those that fell back to the reference's pass."""
+    counts = {"fused": 0, "retracted": 0, "reference": 0}
     allocate_needs, reference_pass = KvCache.allocate_needs, SglangScheduler._decode_pass
+    retract_for = FastSglangScheduler._retract_for
+
+    def counted_retract(self, *args):
+        counts["retracted"] += 1
+        return retract_for(self, *args)
 
     def counted_allocate(self, *args):
         counts["fused"] += 1
@@ -40,6 +47,7 @@ def _count_paths(monkeypatch) -> dict:
 
     monkeypatch.setattr(KvCache, "allocate_needs", counted_allocate)
     monkeypatch.setattr(SglangScheduler, "_decode_pass", counted_reference)
+    monkeypatch.setattr(FastSglangScheduler, "_retract_for", counted_retract)
     return counts
 
 
@@ -58,10 +66,10 @@ def _long_decodes(n: int, prompt: int, output: int) -> list[dict]:
             for i in range(n)]
 
 
-def test_retractions_and_the_context_limit_take_the_reference_path(tmp_path, monkeypatch):
+def test_retractions_and_the_context_limit_match_the_reference(tmp_path, monkeypatch):
     """A pool of 600 one-token pages for 8 requests of 40 + 60 tokens (800 at most): decode
     passes run out and retract; a context limit of 90 < 40 + 60 stops each request at 90 tokens.
-    Both the fused pass and the reference's fall-back ran, and the records match."""
+    The fused pass ran, retracting on its own counts, and the records match."""
     counts = _count_paths(monkeypatch)
     for overlap_off in (False, True):
         sched = {"page_size": 1, "context_length": 90, "max_total_tokens": 600, "max_running_requests": 8,
@@ -71,4 +79,4 @@ def test_retractions_and_the_context_limit_take_the_reference_path(tmp_path, mon
                          {"mode": "open_loop"}, 4)
         fast = assert_same(config)
         assert fast.summary["preemptions"] > 0
-    assert counts["fused"] > 0 and counts["reference"] > 0
+    assert counts["fused"] > 0 and counts["retracted"] > 0 and counts["reference"] == 0

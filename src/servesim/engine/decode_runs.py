@@ -12,7 +12,9 @@ pass.
 What "nothing can change" means, pass by pass, in the reference scheduler:
 
 - no admission: nothing waiting, or the waiting head stopped by a rule whose
-  outcome the run's passes cannot change (the backend says which, `_admission_quiet`);
+  outcome the run's passes cannot change (the backend says which, `_admission_quiet`;
+  SGLang settles its next call's prefill try there, so its runs may start at a pass that
+  retracted: `_runs_past_preemption`, engine/sglang/retract_runs.py);
 - no request mid-prompt, no received KV to admit (or no request slot for it), no
   handoff waiting for this decode worker's blocks (its admission rules can change as
   the batch decodes);
@@ -60,6 +62,12 @@ class DecodeRuns:
     def _advance_run(self, extra: int) -> None:
         """The backend: per-pass state other than the requests' (SGLang's new_token_ratio)."""
 
+    def _runs_past_preemption(self, decided: SchedulerOutput) -> bool:
+        """The backend: may a pass that preempted start a run (its preemptions belong to the run's
+        first pass)? Only where the backend knows the admission rules the preempted requests
+        meet in the passes after it (SGLang: `_admission_quiet` settles the next call's attempt)."""
+        return False
+
     def schedule(self) -> SchedulerOutput:
         out = super().schedule()
         self._last_decided = out
@@ -86,7 +94,8 @@ class DecodeRuns:
     def quiet_steps(self, decided: SchedulerOutput, limit: int, now: int) -> int:
         """How many passes, starting with `decided` (starting at `now`), are the same decode pass."""
         entries = decided.entries
-        if (decided.preempted or decided.load_ns or len(entries) != len(self.running)
+        if ((decided.preempted and not self._runs_past_preemption(decided))
+                or decided.load_ns or len(entries) != len(self.running)
                 or (self.transferred and len(self.running) < self._request_slots())
                 or self.transfers_waiting or not self._admission_quiet()):
             return 0

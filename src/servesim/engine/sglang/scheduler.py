@@ -18,6 +18,7 @@ from servesim.engine.kv.cache import ceil_div
 from servesim.engine.passes import PassEntry, PassResult, SchedulerOutput
 from servesim.engine.request import Request
 from servesim.engine.scheduler_core import SchedulerCore
+from servesim.engine.sglang.retract_runs import next_prefill_fails, report_first_pass_apart
 
 CLIP_MAX_NEW_TOKENS = 4096        # SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION
 RETRACT_DECODE_STEPS = 20         # SGLANG_RETRACT_DECODE_STEPS
@@ -321,11 +322,40 @@ class FastSglangScheduler(DecodeRuns, SglangScheduler):
     """SGLang with runs of identical decode passes fast-forwarded (engine/decode_runs.py)."""
 
     _committed: SchedulerOutput | None = None   # a decode pass whose entries are already committed
+    # Does the next call's prefill try fail and mark the batch full (engine/sglang/retract_runs.py)?
+    # Settled once per run asked for (None: not yet), the mark set as the run is made.
+    _full_after_run: bool | None = None
+
+    def quiet_steps(self, decided: SchedulerOutput, limit: int, now: int) -> int:
+        self._full_after_run = None
+        return super().quiet_steps(decided, limit, now)
 
     def _admission_quiet(self) -> bool:
         # A prefill is tried only while something waits and the batch is not marked full, and
-        # that mark stays until a running request leaves (the run's last pass at the earliest).
-        return self.chunked is None and (not self.waiting or self.batch_is_full)
+        # that mark stays until a running request leaves (the run's last pass at the earliest);
+        # else the next call's try must fail at its first candidate.
+        if self.chunked is not None:
+            return False
+        if not self.waiting or self.batch_is_full:
+            return True
+        if self._full_after_run is None:
+            self._full_after_run = self.speculation is None and next_prefill_fails(
+                self, 0 if self.async_scheduling else 1, CLIP_MAX_NEW_TOKENS)
+        return self._full_after_run
+
+    def _runs_past_preemption(self, decided: SchedulerOutput) -> bool:
+        # Retracted requests come back only through a prefill try, which the run has settled.
+        return self._admission_quiet()
+
+    def extend(self, decided: SchedulerOutput, steps: int, durations, uniform_ns: int = 0) -> None:
+        if not (decided.preempted or self._full_after_run):
+            return super().extend(decided, steps, durations, uniform_ns)
+        # A run from a pass that retracted or whose next call tries a prefill: its first pass is
+        # reported apart, at its end the KV in use as the engine has it then (with overlap the
+        # next pass's blocks taken too).
+        kv_used = self.kv.num_used + (self._run_blocks(decided.entries, 1) if self.async_scheduling else 0)
+        super().extend(decided, steps, durations, uniform_ns)
+        report_first_pass_apart(decided, self._run_start, kv_used)
 
     def _request_slots(self) -> int:
         return self.max_running_requests
@@ -333,8 +363,9 @@ class FastSglangScheduler(DecodeRuns, SglangScheduler):
     def _decode_pass(self) -> SchedulerOutput:
         """The reference's decode pass with its counts done once: one loop over the batch
         counts every request's new blocks, and the cache takes them without counting again
-        (`KvCache.allocate_needs`). A pass that retracts, drafts or reaches the context limit
-        takes the reference's path; nothing is changed before it does."""
+        (`KvCache.allocate_needs`); a pass that retracts does so on those counts (`_retract_for`).
+        A pass that drafts or reaches the context limit takes the reference's path; nothing is
+        changed before it does."""
         if self.speculation is not None:
             return super()._decode_pass()
         kv = self.kv
@@ -357,14 +388,40 @@ class FastSglangScheduler(DecodeRuns, SglangScheduler):
             if blocks > 0:
                 need += blocks
             needs.append(blocks)
-        if need > kv.num_free:
-            return super()._decode_pass()   # it retracts, or a lone request does not fit
         out = SchedulerOutput()
-        if decoders:
+        if need > kv.num_free:
+            need = self._retract_for(out, decoders, needs, need)
+            if need > kv.num_free:   # a lone request does not fit: the reference's allocation
+                self._add_decodes(out, decoders, [1] * len(decoders))
+                return out
+        elif decoders:
             self.new_token_ratio = max(self.new_token_ratio - self.decay, self.min_ratio)
+        if decoders:
             kv.allocate_needs(decoders, [1] * len(decoders), needs, need)
             self._commit_decodes(out, decoders)
         return out
+
+    def _retract_for(self, out: SchedulerOutput, decoders: list, needs: list, need: int) -> int:
+        """The reference's retraction (`SglangScheduler._decode_pass`) on the counts the fast pass
+        made: victims leave `decoders` and `needs` until `need` blocks fit or one request is left,
+        then `new_token_ratio` is reset from the remaining batch. Returns the blocks still needed."""
+        kv = self.kv
+        while need > kv.num_free and len(decoders) > 1:
+            victim = min(decoders, key=lambda r: (r.num_output, -r.prompt_len, -r.seq))
+            index = decoders.index(victim)
+            del decoders[index]
+            blocks = needs.pop(index)
+            if blocks > 0:
+                need -= blocks   # the others' needs do not depend on it
+            self._retract(victim)
+            out.preempted.append(victim)
+        if out.preempted:
+            remaining = self.running
+            self.new_token_ratio = min(1.0, (sum(r.num_output for r in remaining) + RETRACT_DECODE_STEPS
+                                             * len(remaining)) / (sum(r.max_tokens for r in remaining) + 1))
+        elif decoders:
+            self.new_token_ratio = max(self.new_token_ratio - self.decay, self.min_ratio)
+        return need
 
     def _commit_decodes(self, out: SchedulerOutput, decoders: list) -> None:
         """The pass's entries with `_update_after_schedule`'s bookkeeping done as each is made
@@ -395,6 +452,9 @@ class FastSglangScheduler(DecodeRuns, SglangScheduler):
         super()._update_after_schedule(out)
 
     def _advance_run(self, extra: int) -> None:
+        if self._full_after_run:   # the run's second call tried to admit and marked the batch full
+            self.batch_is_full = True
+            self._full_after_run = False
         # One decay per decode pass, in the engine's float arithmetic.
         ratio, decay, floor = self.new_token_ratio, self.decay, self.min_ratio
         for _ in range(extra):
