@@ -27,7 +27,6 @@ from typing import TYPE_CHECKING
 from servesim.config.run_spec import TransferSpec
 from servesim.engine.request import Request, Status
 from servesim.engine.worker import Worker
-from servesim.workload.clients import ScheduledClient
 from servesim.workload.trace import TraceRequest
 
 if TYPE_CHECKING:
@@ -50,13 +49,6 @@ class Disaggregation:
         self.kv_bytes_per_token = transfer.kv_bytes_per_token
         self.pending: dict[str, deque] = {}
         self._transfers_due: list[int] = []   # end times of the transfers in flight (a heap)
-        self._transfers_to: dict[str, list[int]] = {}   # the same, per decode worker (heaps)
-        if isinstance(sim.client, ScheduledClient):
-            # A decode worker's finish frees blocks and a slot that only its own scheduler and
-            # the handoffs reserving on it can see: its runs may go on past finishes while no
-            # handoff waits for its blocks (group_runs.py; the horizon keeps handoffs out).
-            for worker in self.decode_workers:
-                worker.scheduler.finishes_are_quiet = True
 
     # ------------------------------------------------------------------ prefill side
 
@@ -136,7 +128,6 @@ class Disaggregation:
             done = (now + self.sim.request_path.handoff_ns(request.prompt_len) + self.latency_ns
                     + round(request.transfer_bytes / self.bytes_per_s * 1e9))
             heapq.heappush(self._transfers_due, done)
-            heapq.heappush(self._transfers_to.setdefault(decode_worker.name, []), done)
             self.sim.push(done, TRANSFER_DONE, self._on_transfer_done,
                           (request, prefill, prefill_worker, decode_worker))
         decode_worker.scheduler.transfers_waiting = False
@@ -148,40 +139,20 @@ class Disaggregation:
         """When the P/D handoff can next reach `worker` (Simulation.horizon takes the earliest)."""
         # A finished transfer frees a prefill worker's blocks and queues work on a decode
         # worker; a prefill pass end can reserve a decode worker's blocks for a handoff.
-        if worker.role != "decode":
-            return [self.next_transfer_done()]
-        # A decode worker is reached by its own transfers' ends, and by handoffs: a prefill
-        # worker hands over only at the end of a pass that samples.
-        own = self._transfers_to.get(worker.name)
-        times = [own[0] if own else None]
-        times.extend(w.next_output_bound(now) for w in self.prefill_workers)
-        # Whatever else happens first reaches it only through a prefill pass that starts then
-        # and samples: a transfer to another decode worker frees a prefill worker's blocks, and
-        # a decode pass end with handoffs queued for it starts their transfers.
-        shortest = self.shortest_prefill_ns()
-        done = self.next_transfer_done()
-        if done is not None:
-            times.append(done + shortest)
-        pending = self.pending
-        times.extend(w.executing.end_ns + shortest for w in self.decode_workers
-                     if w is not worker and w.executing is not None and pending.get(w.name))
+        times = [self.next_transfer_done()]
+        if worker.role == "decode":
+            # A prefill worker hands over only at the end of a pass that samples.
+            times.extend(w.next_output_bound(now) for w in self.prefill_workers)
+            # A decode pass end with handoffs queued for it starts their transfers; each
+            # frees a prefill worker's blocks, whose next prefill may come to this worker.
+            pending = self.pending
+            times.extend(w.executing.end_ns for w in self.decode_workers
+                         if w is not worker and w.executing is not None and pending.get(w.name))
         return times
-
-    def shortest_prefill_ns(self) -> int:
-        """The least time from a prefill worker's pass start to its end (the timing's shortest pass)."""
-        return min((w.min_pass_ns for w in self.prefill_workers), default=0)
-
-    def arrival_bound(self, worker: Worker, arrival: int | None) -> int | None:
-        """The earliest a frontend arrival at `arrival` can reach `worker`: a decode worker only
-        through the handoff at the end of the prefill pass that samples its first token."""
-        if arrival is None or worker.role != "decode":
-            return arrival
-        return arrival + self.shortest_prefill_ns()
 
     def _on_transfer_done(self, now: int, job) -> None:
         heapq.heappop(self._transfers_due)
         request, prefill, prefill_worker, decode_worker = job
-        heapq.heappop(self._transfers_to[decode_worker.name])
         prefill_worker.scheduler.release_held(prefill)
         prefill_worker.wake(now)
         request.transfer_end_ns = now

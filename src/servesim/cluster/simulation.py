@@ -141,7 +141,6 @@ class Simulation:
         if self._inputs_due:
             times.append(self._inputs_due[0])
         if self.disaggregation is not None:
-            times[0] = self.disaggregation.arrival_bound(worker, self._feed_time)
             times.extend(self.disaggregation.horizon_times(worker, self.now))
         times = [t for t in times if t is not None]
         return min(times) if times else None

@@ -20,8 +20,7 @@ from servesim.engine.speculative import Speculation
 
 class SchedulerCore:
     # Set by the simulation: a finish changes nothing outside the engine before the next
-    # arrival (open-loop client, aggregated serving; a disaggregated decode worker's only
-    # while `transfers_waiting` is False). vLLM's fast engine then runs past it.
+    # arrival (open-loop client, aggregated serving). vLLM's fast engine then runs past it.
     finishes_are_quiet = False
     reads_every_call = True   # every scheduler call reads the arrivals (see reads_arrivals)
     # Async scheduling: a run's follow-up pass may be committed at the run's second-to-last

@@ -11,9 +11,8 @@ members. When the finish is quiet as well, the run goes on past it:
 - nothing waits in the engine, so the blocks and the request slot it frees can
   admit nobody before the run ends;
 - the workload's arrivals do not depend on completions (open loop), and no prefill
-  worker waits for this worker's blocks (aggregated serving, or a disaggregated
-  decode worker with no handoff waiting for blocks: `transfers_waiting`), so nothing
-  outside the engine reacts to the finish before the horizon either.
+  worker waits for this worker's blocks (aggregated serving), so nothing outside
+  the engine reacts to the finish before the horizon either.
 
 The run then holds the group's membership as segments between finishes (for step
 durations, tokens and inter-token gaps), and replays, when it starts, the block
@@ -88,7 +87,7 @@ class GroupRuns:
             or group.active >= self.max_num_batched_tokens
         ):
             return 0
-        crosses = self.finishes_are_quiet and not waiting and not self.transfers_waiting
+        crosses = self.finishes_are_quiet and not waiting
         earliest = group.earliest_final(step)   # asked either way: it prunes the heap of finals
         cap = min(limit, (group.latest_final if crosses else earliest) - step + 1)
         if cap < 2:
