@@ -83,9 +83,9 @@ _OPS = st.lists(st.tuples(st.sampled_from(["admit", "admit", "decode", "finish",
                           st.integers(0, 6)), max_size=80)
 
 
-def _prompt_maker(kv, prompts):
+def _prompt_maker(kv, prompts, interner=None):
     """Requests whose prompts are hash_id paths over a tiny alphabet, so prefixes repeat often."""
-    interner = PrefixInterner()
+    interner = interner or PrefixInterner()
     next_id = iter(range(10**6))
 
     def make(index):
@@ -99,12 +99,12 @@ def _prompt_maker(kv, prompts):
     return make
 
 
-def _drive(kv, prompts, ops):
+def _drive(kv, prompts, ops, interner=None):
     """Apply `ops` as an engine would; return every observable answer the cache gave.
 
     An op's index picks among the requests in the state it needs; a finished request is
     replaced by a new one with the same prompt, so freed prefixes are asked for again."""
-    make = _prompt_maker(kv, prompts)
+    make = _prompt_maker(kv, prompts, interner)
     requests = [make(i) for i in range(len(prompts))]
     state = ["waiting"] * len(requests)
     seen = []

@@ -18,6 +18,9 @@ Equal keys mean equal chained block hashes in vLLM; keys are plain ints.
 
 from __future__ import annotations
 
+from collections import Counter
+from itertools import chain
+
 _END_BITS = 32
 _MAX_END = 1 << _END_BITS
 
@@ -35,22 +38,38 @@ class PrefixInterner:
     def __init__(self) -> None:
         self._nodes: dict[tuple[int, int], int] = {}
         self.counts: dict[int, int] | None = None
-        # The prefix ids counted up front, by hash_ids: every role's block keys ask for them
-        # again (a prompt's hash_ids tuple hashes in C; interning walks it in Python).
-        self._counted: dict[tuple[int, ...], list[int]] = {}
+        # The shareable prefix ids counted up front, by hash_ids, with the hash_ids they were
+        # counted over: every role's block keys ask for them again (a prompt's hash_ids tuple
+        # hashes in C; interning walks it in Python).
+        self._counted: dict[tuple[int, ...], tuple[list[int], int]] = {}
 
     def count_requests(self, requests, trace_block_size: int) -> None:
+        """Count the requests reaching each prefix, interning only prefixes two can share.
+
+        A hash_id that no other request's prompt holds (counted over the hash_ids the prompts
+        reach) ends every prefix holding it to this request alone: the walk stops there, so
+        a prompt's private tail costs one C-level count per hash_id, not an interning each.
+        """
+        reached = []
+        for request in requests:
+            hash_ids = request.hash_ids
+            if hash_ids:
+                reach = -(-min(request.input_length, len(hash_ids) * trace_block_size) // trace_block_size)
+                reached.append((hash_ids, reach))
+        held = Counter(chain.from_iterable(hash_ids[:reach] for hash_ids, reach in reached))
         counts: dict[int, int] = {}
         get = counts.get
         counted = self._counted
-        for request in requests:
-            hash_ids = request.hash_ids
-            if not hash_ids:
-                continue
-            reach = -(-min(request.input_length, len(hash_ids) * trace_block_size) // trace_block_size)
-            nodes = self.prefix_ids(hash_ids, reach)
-            if len(nodes) > len(counted.get(hash_ids, ())):
-                counted[hash_ids] = nodes
+        for hash_ids, reach in reached:
+            cut = 0
+            for h in hash_ids[:reach]:
+                if held[h] < 2:
+                    break
+                cut += 1
+            nodes = self.prefix_ids(hash_ids, cut)
+            known = counted.get(hash_ids)
+            if known is None or reach > known[1]:
+                counted[hash_ids] = (nodes, reach)
             for node in nodes:
                 counts[node] = get(node, 0) + 1
         self.counts = counts
@@ -65,12 +84,22 @@ class PrefixInterner:
                 return i
         return len(prefix_ids)
 
-    def prefix_ids(self, hash_ids: tuple[int, ...], count: int) -> list[int]:
-        """Ids of hash_ids[:1], hash_ids[:2], ..., hash_ids[:count]."""
+    def shared_prefix_ids(self, hash_ids: tuple[int, ...], count: int) -> list[int]:
+        """The ids of hash_ids[:1], ..., hash_ids[:count] up to the first that only one request
+        reaches (all of them when uncounted)."""
         if self.counts is not None:
             known = self._counted.get(hash_ids)
-            if known is not None and len(known) >= count:
-                return known[:count]
+            if known is not None:
+                nodes, reach = known
+                if count <= reach or len(nodes) < reach:
+                    # Past a counted head's cut every prefix holds a hash_id of this request alone.
+                    nodes = nodes[:count]
+                    return nodes[:self.shared_reach(nodes)]
+        nodes = self.prefix_ids(hash_ids, count)
+        return nodes[:self.shared_reach(nodes)]
+
+    def prefix_ids(self, hash_ids: tuple[int, ...], count: int) -> list[int]:
+        """Ids of hash_ids[:1], hash_ids[:2], ..., hash_ids[:count]."""
         nodes = self._nodes
         out = []
         parent = 0
@@ -107,11 +136,9 @@ class BlockKeys:
         if hash_ids:
             covered = min(input_length, len(hash_ids) * trace_block_size)
             needed = -(-(covered // block_size) * block_size // trace_block_size)
-            prefix_ids = interner.prefix_ids(hash_ids, needed)
-            reach = interner.shared_reach(prefix_ids)
-            if reach < len(prefix_ids):   # past it the prompt is this request's alone
-                covered = min(covered, reach * trace_block_size)
-                prefix_ids = prefix_ids[:reach]
+            prefix_ids = interner.shared_prefix_ids(hash_ids, needed)
+            if len(prefix_ids) < needed:   # past them the prompt is this request's alone
+                covered = min(covered, len(prefix_ids) * trace_block_size)
             self.shared_blocks = covered // block_size
             self._prefix_ids = prefix_ids
         else:

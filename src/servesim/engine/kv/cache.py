@@ -11,8 +11,8 @@ observations:
   the request may come back for them. At finish they can never be hit again.
 - Free blocks without a key are interchangeable, and so are the keyed blocks a
   finished request frees: their keys are dead. Such a request's keyed private
-  blocks therefore enter the LRU queue as one "dead run" entry, and allocation
-  takes from a run in one slice.
+  blocks therefore enter the LRU queue as one "dead run" entry (its own block
+  list, cut in place), and allocation takes from a run in one slice.
 - Reference counts matter only for keyed blocks: an unkeyed block is held by
   exactly the request that allocated it.
 - The keyed blocks one free releases enter the LRU queue as one entry (a
@@ -333,13 +333,19 @@ class KvCache:
                     part_keys = keys[-count:]
                     del entry[-count:]
                     del keys[-count:]
-                    if left_queue and not left_queue.keys().isdisjoint(part):
+                    marked = left_queue.keys() & part if left_queue else None
+                    if marked:
                         # This is the oldest run, so a block still free here has no other copy
                         # queued: its mark has served and goes. Copies further in wait until taken.
-                        part, part_keys = self._still_free(part, part_keys, serial)
-                        self.stale -= count - len(part)
-                        for b in part:
-                            left_queue.pop(b, None)
+                        # Only the marked blocks are looked at one by one (a set meet, in C).
+                        stale = {b for b in marked if left_queue[b] >= serial}
+                        if stale:
+                            live = [i for i, b in enumerate(part) if b not in stale]
+                            part, part_keys = [part[i] for i in live], [part_keys[i] for i in live]
+                            self.stale -= count - len(part)
+                        for b in marked:
+                            if b not in stale:
+                                del left_queue[b]
                     if part:
                         self._evict(part, part_keys)
                     into.extend(part)
@@ -546,15 +552,20 @@ class KvCache:
                     if not count:
                         freed.append(b)
                 keys = [key for b, key in zip(held, request.keys.shared_keys(0, keyed_shared)) if not ref_cnt[b]]
-        keyed_private = blocks[shared:cached]
-        if keyed_private:
+        if cached > shared:
             key_of = request.keys.key
             if finished:
                 for j in range(shared, shared + live_private):  # its keys die with it
                     self._uncache(key_of(j), blocks[j])
-                lru.append(keyed_private)   # deeper than the shared blocks: queued before them
-                self.keyed_free += len(keyed_private)
+                # The request's list becomes the dead run (deeper than the shared blocks: queued
+                # before them), cut in place rather than copied: its private blocks cost no
+                # Python step and no reference count each.
+                del blocks[cached:]
+                del blocks[:shared]
+                lru.append(blocks)
+                self.keyed_free += cached - shared
             else:
+                keyed_private = blocks[shared:cached]
                 for j in range(shared + live_private, cached):   # the rest get keys now
                     self._insert(key_of(j), blocks[j])
                 for b in keyed_private:
