@@ -18,7 +18,9 @@ Same decisions as `TrtllmScheduler` (the reference, engine/trtllm/scheduler.py),
   term, so the margin moves only where the scheduler itself moves it. It is summed again
   whenever something else may have moved it (a free or block-key insertion it did not
   account for, a transfer, an abort, a pause): the key it was kept under has changed.
-- **Runs of identical decode passes fast-forwarded** (engine/decode_runs.py).
+
+engine/trtllm/group.py builds the fast scheduler on it: generation requests held as aggregates,
+and runs of identical decode passes fast-forwarded (engine/decode_runs.py).
 
 `tests/test_trtllm_fast.py` holds this scheduler to the reference on random workloads and
 checks the carried reserve against a fresh sum at every use.
@@ -26,7 +28,6 @@ checks the carried reserve against a fresh sum at every use.
 
 from __future__ import annotations
 
-from servesim.engine.decode_runs import DecodeRuns
 from servesim.engine.passes import PassEntry, PassResult, SchedulerOutput
 from servesim.engine.request import Request
 from servesim.engine.trtllm.scheduler import TrtllmScheduler
@@ -180,28 +181,3 @@ class FusedTrtllmPasses(TrtllmScheduler):
         admitted.entries = out.entries[decodes:]
         super()._update_after_schedule(admitted)
         out.num_tokens = decodes + admitted.num_tokens
-
-
-class FastTrtllmScheduler(DecodeRuns, FusedTrtllmPasses):
-    """TensorRT-LLM with runs of identical decode passes fast-forwarded (engine/decode_runs.py)."""
-
-    def extend(self, decided: SchedulerOutput, steps: int, durations, uniform_ns: int = 0) -> None:
-        # A run's blocks go to running requests, each within the reserve it counted: the margin stays.
-        carried = self._margin_key == self._reserve_state()
-        super().extend(decided, steps, durations, uniform_ns)
-        if carried:
-            self._margin_key = self._reserve_state()
-
-    def _request_slots(self) -> int:
-        return self.max_batch_size
-
-    def _admission_quiet(self) -> bool:
-        if not self.waiting or len(self.running) >= self.max_batch_size or self.max_num_tokens <= len(self.running):
-            return True   # a full batch stays full; the token budget left after the decodes is the same
-        head = self.waiting[0]
-        if self.policy != "GUARANTEED_NO_EVICT" or head.stale or self.batch_waiting:
-            return False   # (a held context is released after a count of passes)
-        # A decode pass takes blocks that every running request's reserve counted already, so
-        # free blocks less the reserve stay put: a head refused now stays refused. (Asked now,
-        # not when `decided` was committed: with overlap, finishes were processed since.)
-        return self._need_blocks(head) > self.kv.num_free - self._reserved_blocks()

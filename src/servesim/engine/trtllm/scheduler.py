@@ -116,7 +116,7 @@ class TrtllmScheduler(SchedulerCore):
         block = kv.block_size
         guaranteed = self.policy == "GUARANTEED_NO_EVICT"
         reserved = None if guaranteed else 0   # summed over the running requests only when needed
-        while self.waiting and budget > 0 and len(self.running) < self.max_batch_size:
+        while self.waiting and budget > 0 and self._num_running() < self.max_batch_size:
             request = self.waiting[0]
             if request.stale:
                 break
@@ -130,7 +130,7 @@ class TrtllmScheduler(SchedulerCore):
             chunk = self._chunk(request.num_tokens - hit_tokens, budget, block)
             if chunk <= 0:
                 break
-            if not kv.admit(request, hits, chunk, has_running=bool(self.running)):
+            if not kv.admit(request, hits, chunk, has_running=self._num_running() > 0):
                 break
             self.waiting.popleft()
             self._start_running(request, out, chunk, hit_tokens)
