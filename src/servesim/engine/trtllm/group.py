@@ -33,12 +33,17 @@ from servesim.engine.trtllm.scheduler import TrtllmScheduler
 from servesim.engine.vllm.decode_group import DecodeGroup
 
 
+# Passes in a row that could admit before the generation requests are grouped.
+FORM_AFTER = 3
+
+
 class GroupedTrtllmPasses(FusedTrtllmPasses):
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.group = DecodeGroup(self.kv.block_size)
         self.pending: list[SchedulerOutput] = []   # scheduled passes whose outputs are not processed yet
         self.group_passes = 0
+        self.admitting_passes = 0   # passes in a row that could admit (the waiting head not refused)
 
     # ------------------------------------------------------------------ queues
 
@@ -92,7 +97,13 @@ class GroupedTrtllmPasses(FusedTrtllmPasses):
         group.retire_before(step)
         out = None
         if self._groups() and not self._admission_quiet():
-            out = self._schedule_grouped(step)
+            self.admitting_passes += 1
+            # Forming the group costs a join per request and dissolving it a write-back: worth it
+            # only in a spell of admissions, not for the lone arrival between two runs.
+            if group.members or self.admitting_passes >= FORM_AFTER:
+                out = self._schedule_grouped(step)
+        else:
+            self.admitting_passes = 0
         if out is None:
             self._dissolve()
             out = super().schedule()
