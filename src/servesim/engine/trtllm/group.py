@@ -14,7 +14,9 @@ requests joining the group. A member's counters and blocks are written back when
 The group is dissolved, and the pass scheduled by the per-request path (engine/trtllm/fast.py,
 which falls back to the reference), when the generation requests do not all fit, when a
 member reaches its context limit, and before a pass that could start a fast-forwarded run
-(nothing can be admitted: engine/decode_runs.py runs over explicit requests). It is not used
+(nothing can be admitted: engine/decode_runs.py runs over explicit requests). It is formed only
+from the third pass in a row that could admit (`FORM_AFTER`): forming costs a join per request
+and dissolving a write-back, which a lone arrival between two runs would not repay. It is not used
 under MAX_UTILIZATION (pauses pick by admission order), speculative decoding, batch waiting,
 pass logs or token times (they list every request), or on a worker that receives KV transfers.
 
