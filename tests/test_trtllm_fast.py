@@ -70,7 +70,7 @@ def checked(monkeypatch) -> dict:
     return counts
 
 
-@settings(max_examples=100, deadline=None, derandomize=True,
+@settings(max_examples=60, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(scenarios(), st.data())
 def test_fast_scheduler_matches_the_reference(tmp_path, checked, scenario, data):
@@ -81,7 +81,7 @@ def test_fast_scheduler_matches_the_reference(tmp_path, checked, scenario, data)
     assert_same(_config(write_trace(tmp_path / "t.jsonl", rows), sched, client, trace_block_size))
 
 
-@settings(max_examples=30, deadline=None, derandomize=True,
+@settings(max_examples=20, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(scenarios(), st.data())
 def test_fast_scheduler_matches_the_reference_disaggregated(tmp_path, checked, scenario, data):
@@ -177,7 +177,7 @@ def busy_scenarios(draw):
     return rows, sched, client, draw(st.sampled_from([block, 16]))
 
 
-@settings(max_examples=60, deadline=None, derandomize=True,
+@settings(max_examples=40, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(busy_scenarios(), st.booleans(), st.booleans())
 def test_group_matches_the_reference_on_busy_batches(tmp_path, checked, scenario, warmup, varied):
