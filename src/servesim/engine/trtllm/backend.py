@@ -13,7 +13,8 @@ from servesim.errors import ServesimError
 def make_scheduler(sched: TrtllmSchedulerConfig, kv, reference: bool):
     # Imported here: the schedulers import the engine core, which imports servesim.config,
     # which reads this registry entry while it loads.
-    from servesim.engine.trtllm.scheduler import FastTrtllmScheduler, TrtllmScheduler
+    from servesim.engine.trtllm.group import FastTrtllmScheduler
+    from servesim.engine.trtllm.scheduler import TrtllmScheduler
 
     return (TrtllmScheduler if reference else FastTrtllmScheduler)(
         kv,

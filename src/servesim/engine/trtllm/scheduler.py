@@ -19,7 +19,6 @@ Follows the 2025 v1.1-1.2 line of `tensorrt_llm/_torch/pyexecutor/scheduler.py` 
 
 from __future__ import annotations
 
-from servesim.engine.decode_runs import DecodeRuns
 from servesim.engine.kv.cache import ceil_div
 from servesim.engine.passes import PassEntry, SchedulerOutput
 from servesim.engine.request import Request, Status
@@ -105,10 +104,19 @@ class TrtllmScheduler(SchedulerCore):
             budget -= chunk
             scheduled += 1
 
-        # New requests, in arrival order (paused ones first: they were running).
+        self._admit_new(out, budget)
+        self._update_after_schedule(out)
+        return out
+
+    def _admit_new(self, out: SchedulerOutput, budget: int) -> int | None:
+        """New requests, in arrival order (paused ones first: they were running), while the
+        token budget, the batch and (GUARANTEED_NO_EVICT) the guaranteed blocks allow.
+        Returns the reserve after them (None: not summed, nothing was waiting)."""
+        kv = self.kv
+        block = kv.block_size
         guaranteed = self.policy == "GUARANTEED_NO_EVICT"
         reserved = None if guaranteed else 0   # summed over the running requests only when needed
-        while self.waiting and budget > 0 and len(self.running) < self.max_batch_size:
+        while self.waiting and budget > 0 and self._num_running() < self.max_batch_size:
             request = self.waiting[0]
             if request.stale:
                 break
@@ -122,14 +130,13 @@ class TrtllmScheduler(SchedulerCore):
             chunk = self._chunk(request.num_tokens - hit_tokens, budget, block)
             if chunk <= 0:
                 break
-            if not kv.admit(request, hits, chunk, has_running=bool(self.running)):
+            if not kv.admit(request, hits, chunk, has_running=self._num_running() > 0):
                 break
             self.waiting.popleft()
             self._start_running(request, out, chunk, hit_tokens)
             budget -= chunk
             reserved += need_blocks - len(request.blocks)
-        self._update_after_schedule(out)
-        return out
+        return reserved
 
     def _context_selection(self, contexts: list[Request], budget: int, scheduled: int) -> int:
         """The prompt tokens of the context requests this iteration would take: in-progress
@@ -238,37 +245,3 @@ class TrtllmScheduler(SchedulerCore):
             self.pauses += 1
             if not self.running:
                 break
-
-
-class FastTrtllmScheduler(DecodeRuns, TrtllmScheduler):
-    """TensorRT-LLM with runs of identical decode passes fast-forwarded (engine/decode_runs.py)."""
-
-    _reserve_key: tuple | None = None
-    _reserve_margin = 0
-
-    def _reserved_blocks(self) -> int:
-        # A P/D decode worker under back-pressure asks at every pass end, and a waiting head at
-        # every pass: keep free blocks less the reserve, which only admissions, transfers and
-        # frees move (an allocation lowers both by the same count), and sum again only then.
-        kv = self.kv
-        key = (kv.epoch, self.admissions, len(self.running), len(self.transferred), len(self.incoming))
-        if key == self._reserve_key:
-            return kv.num_free - self._reserve_margin
-        reserved = super()._reserved_blocks()
-        self._reserve_key = key
-        self._reserve_margin = kv.num_free - reserved
-        return reserved
-
-    def _request_slots(self) -> int:
-        return self.max_batch_size
-
-    def _admission_quiet(self) -> bool:
-        if not self.waiting or len(self.running) >= self.max_batch_size or self.max_num_tokens <= len(self.running):
-            return True   # a full batch stays full; the token budget left after the decodes is the same
-        head = self.waiting[0]
-        if self.policy != "GUARANTEED_NO_EVICT" or head.stale or self.batch_waiting:
-            return False   # (a held context is released after a count of passes)
-        # A decode pass takes blocks that every running request's reserve counted already, so
-        # free blocks less the reserve stay put: a head refused now stays refused. (Asked now,
-        # not when `decided` was committed: with overlap, finishes were processed since.)
-        return self._need_blocks(head) > self.kv.num_free - self._reserved_blocks()
