@@ -333,8 +333,9 @@ class KvCache:
                     part_keys = keys[-count:]
                     del entry[-count:]
                     del keys[-count:]
-                    marked = left_queue.keys() & part if left_queue else None
-                    if marked:
+                    # isdisjoint stops at the first shared block and builds nothing: the usual case.
+                    if left_queue and not left_queue.keys().isdisjoint(part):
+                        marked = left_queue.keys() & part
                         # This is the oldest run, so a block still free here has no other copy
                         # queued: its mark has served and goes. Copies further in wait until taken.
                         # Only the marked blocks are looked at one by one (a set meet, in C).
