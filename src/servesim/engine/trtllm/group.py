@@ -159,18 +159,7 @@ class GroupedTrtllmPasses(FusedTrtllmPasses):
             for request in joiners:
                 group.join(request, step)
             self.running = [r for r in self.running if r.group_first < 0]
-        budget -= count
-        scheduled = count
-        block = size
-        for request in contexts:
-            if budget <= 0 or scheduled >= self.max_batch_size:
-                break
-            chunk = self._chunk(request.num_tokens - request.num_computed, budget, block)
-            if chunk <= 0 or not kv.allocate(request, chunk):
-                break
-            out.entries.append(PassEntry(request, chunk, request.num_computed, "running"))
-            budget -= chunk
-            scheduled += 1
+        budget = self._schedule_contexts(contexts, out, budget - count, count)
         if carried:
             self._margin_key = self._reserve_state()   # every block taken was counted in the reserve
         if group.active:
@@ -208,7 +197,7 @@ class GroupedTrtllmPasses(FusedTrtllmPasses):
         assert not in_flight_step or in_flight_pass is not None, "a group step in flight has no pass"
         detached: list[PassEntry] = []
         for member in sorted(group.members.values(), key=lambda r: r.seq):
-            first, final = member.group_first, member.group_final
+            first = member.group_first
             computed_in_flight = member.group_computed + (in_flight_step - first)
             flying = group.settle(member, group.step, group.done_step)
             if group.done_step >= first:

@@ -55,7 +55,6 @@ class TrtllmScheduler(SchedulerCore):
         kv = self.kv
         out = SchedulerOutput()
         budget = self.max_num_tokens
-        block = kv.block_size
         self._take_transferred(self.max_batch_size)
 
         # In-progress requests: generation first, then contexts (prompts mid-way), in order.
@@ -94,15 +93,7 @@ class TrtllmScheduler(SchedulerCore):
         if self.batch_waiting and scheduled and self._holds_contexts(contexts, budget, scheduled, out):
             self._update_after_schedule(out)
             return out
-        for request in contexts:
-            if budget <= 0 or scheduled >= self.max_batch_size:
-                break
-            chunk = self._chunk(request.num_tokens - request.num_computed, budget, block)
-            if chunk <= 0 or not kv.allocate(request, chunk):
-                break
-            out.entries.append(PassEntry(request, chunk, request.num_computed, "running"))
-            budget -= chunk
-            scheduled += 1
+        budget = self._schedule_contexts(contexts, out, budget, scheduled)
 
         self._admit_new(out, budget)
         self._update_after_schedule(out)
@@ -170,6 +161,23 @@ class TrtllmScheduler(SchedulerCore):
             if reserved is not None:
                 reserved += need
         return tokens
+
+    def _schedule_contexts(self, contexts: list[Request], out: SchedulerOutput, budget: int,
+                           scheduled: int) -> int:
+        """Prompts mid-way, in order, each its chunk of what the budget and the batch leave;
+        the first that does not fit (tokens, batch or blocks) ends the pass. The budget left."""
+        kv = self.kv
+        block = kv.block_size
+        for request in contexts:
+            if budget <= 0 or scheduled >= self.max_batch_size:
+                break
+            chunk = self._chunk(request.num_tokens - request.num_computed, budget, block)
+            if chunk <= 0 or not kv.allocate(request, chunk):
+                break
+            out.entries.append(PassEntry(request, chunk, request.num_computed, "running"))
+            budget -= chunk
+            scheduled += 1
+        return budget
 
     def _holds_contexts(self, contexts: list[Request], budget: int, scheduled: int, out: SchedulerOutput) -> bool:
         """PyExecutor._waiting_requests (TensorRT-LLM 1.1-1.2): with generation requests in the
