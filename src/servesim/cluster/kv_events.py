@@ -64,36 +64,20 @@ class PublishedPrefixes:
             heard.update(in_flight.popleft()[1])
 
     def cached_prefix_blocks(self, keys, now: int) -> int:
-        """The prompt's leading blocks the router believes the worker holds at `now`."""
-        kv = self.worker.scheduler.kv
-        if not kv.enable_caching or keys is None or not keys.shared_blocks:
-            return 0
-        self.receive(now)
-        # Both the cache's and the index's views are a head of the prompt's blocks, so the
-        # blocks both hold are the shorter head: walk the index only as far as the cache goes.
-        held = kv.cached_prefix_blocks(keys)
-        heard = self.heard
-        count = 0
-        for node, first, stop, _ in keys.chunk_spans():
-            if count >= held:
-                return held
-            length = stop - first
-            seen = heard.get(node, 0)
-            if seen < length:
-                return min(count + seen, held)
-            count += length
-        return min(count, held)
+        """The prompt's leading blocks the router believes the worker holds at `now`: both the
+        cache's and the index's views are a head of the prompt's blocks, so the blocks both
+        hold are the shorter head (the index never shows more than the cache holds)."""
+        in_flight = self.in_flight
+        if in_flight and in_flight[0][0] <= now:
+            self.receive(now)
+        return self.worker.scheduler.kv.cached_prefix_blocks(keys, self.heard)
 
 
 def _touch(batch: dict[int, int], kv, keys, keyed: int | None = None) -> None:
     """Announce the cache's head of every prefix id the prompt reaches (with `keyed`, of
     those whose blocks start below it: the rest this request has not stored yet)."""
-    if keys is None or not keys.shared_blocks:
-        return
-    for span in keys.chunk_spans():
-        if keyed is not None and span[1] >= keyed:
-            return
-        batch[span[0]] = kv.cached_span_blocks(keys, span)
+    if keys is not None and keys.shared_blocks:
+        kv.span_heads(keys, batch, keyed)
 
 
 class PredictedPrefixes:

@@ -167,8 +167,11 @@ class KvCache:
     def lookup_host(self, request: Request, gpu_hits: int) -> int:
         return 0
 
-    def cached_prefix_blocks(self, keys) -> int:
-        """How many leading blocks of a prompt (its shareable keys) this cache holds: a router's view."""
+    def cached_prefix_blocks(self, keys, heard: dict[int, int] | None = None) -> int:
+        """How many leading blocks of a prompt (its shareable keys) this cache holds: a router's
+        view. With `heard` (a router's index of this cache: per prefix id the head it was told
+        of, cluster/kv_events.py), the blocks both hold: the shorter of two heads, so one walk
+        ends at the first prefix id either holds only in part."""
         if not self.enable_caching or keys is None or not keys.shared_blocks:
             return 0
         chunks = self.chunks
@@ -176,17 +179,31 @@ class KvCache:
         for node, first, stop, _ in keys.chunk_spans():
             chunk = chunks.get(node)
             if chunk is None:
-                break
-            if len(chunk) < stop - first:
-                return count + len(chunk)
-            count += stop - first
+                return count
+            length = stop - first
+            held = len(chunk)   # may pass the span: another prompt reaches further into the trace block
+            if heard is not None:
+                seen = heard.get(node, 0)
+                if seen < held:
+                    held = seen
+            if held < length:
+                return count + held
+            count += length
         return count
 
-    def cached_span_blocks(self, keys, span: tuple[int, int, int, int]) -> int:
-        """How many of one prefix id's shared blocks of a prompt (a `chunk_spans` entry) this
-        cache holds, from the span's first: a router's index entry (cluster/kv_events.py)."""
-        chunk = self.chunks.get(span[0])
-        return 0 if chunk is None else min(len(chunk), span[2] - span[1])
+    def span_heads(self, keys, into: dict[int, int], keyed: int | None = None) -> None:
+        """Per prefix id of the prompt (with `keyed`, those whose blocks start below it), how
+        many of its blocks this cache holds from the span's first: a router's index entries."""
+        chunks = self.chunks
+        for node, first, stop, _ in keys.chunk_spans():
+            if keyed is not None and first >= keyed:
+                return
+            chunk = chunks.get(node)
+            if chunk is None:
+                into[node] = 0
+            else:
+                held = len(chunk)
+                into[node] = held if held < stop - first else stop - first
 
     # ------------------------------------------------------------------ allocation
 

@@ -104,8 +104,9 @@ class ReferenceKvCache:
         end = (request.num_tokens - 1) // self.block_size
         return self.host.hits(key(j) for j in range(gpu_hits, end))
 
-    def cached_prefix_blocks(self, keys) -> int:
-        """How many leading blocks of a prompt (its shareable keys) this cache holds: a router's view."""
+    def cached_prefix_blocks(self, keys, heard: dict[int, int] | None = None) -> int:
+        """How many leading blocks of a prompt (its shareable keys) this cache holds: a router's
+        view; with `heard` (a router's index of it), the shorter head of the two."""
         if not self.enable_caching or keys is None or not keys.shared_blocks:
             return 0
         cache = self.cache
@@ -114,11 +115,22 @@ class ReferenceKvCache:
             if key not in cache:
                 break
             count += 1
-        return count
+        if heard is None:
+            return count
+        announced = 0
+        for node, first, stop, _ in keys.chunk_spans():
+            if announced >= count:
+                break
+            seen = heard.get(node, 0)
+            if seen < stop - first:
+                announced += seen
+                break
+            announced += stop - first
+        return min(count, announced)
 
     def cached_span_blocks(self, keys, span: tuple[int, int, int, int]) -> int:
         """How many of one prefix id's shared blocks of a prompt (a `chunk_spans` entry) this
-        cache holds, from the span's first: a router's index entry (cluster/kv_events.py)."""
+        cache holds, from the span's first."""
         cache = self.cache
         count = 0
         for key in keys.shared_keys(span[1], span[2]):
@@ -126,6 +138,14 @@ class ReferenceKvCache:
                 break
             count += 1
         return count
+
+    def span_heads(self, keys, into: dict[int, int], keyed: int | None = None) -> None:
+        """Per prefix id of the prompt (with `keyed`, those whose blocks start below it), how
+        many of its blocks this cache holds from the span's first: a router's index entries."""
+        for span in keys.chunk_spans():
+            if keyed is not None and span[1] >= keyed:
+                return
+            into[span[0]] = self.cached_span_blocks(keys, span)
 
     # ------------------------------------------------------------------ allocation
 
