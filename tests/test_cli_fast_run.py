@@ -89,6 +89,26 @@ def test_a_plain_run_imports_no_typer(tmp_path):
     assert (tmp_path / "out" / "requests.csv").is_file()
     assert not [m for m in seen["modules"] if m.split(".")[0] in ("typer", "click")]
     assert "servesim.cli_app" not in seen["modules"]
+    assert "importlib.metadata" not in seen["modules"]   # pydantic's plugin loader stood in for (cli.py)
+
+
+HAND_OVER = """
+import os, sys
+os.environ["PYDANTIC_DISABLE_PLUGINS"] = "__all__"
+from servesim.cli import _skip_pydantic_plugin_loader
+_skip_pydantic_plugin_loader()
+from pydantic.plugin._loader import get_plugins
+assert get_plugins() == () and "importlib.metadata" not in sys.modules
+os.environ["PYDANTIC_DISABLE_PLUGINS"] = "some_plugin"
+get_plugins()
+assert hasattr(sys.modules["pydantic.plugin._loader"], "PYDANTIC_ENTRY_POINT_GROUP")   # the real loader
+print("ok")
+"""
+
+
+def test_the_plugin_loader_stand_in_hands_over_when_plugins_are_turned_on():
+    proc = subprocess.run([sys.executable, "-c", HAND_OVER], capture_output=True, text=True, timeout=60)
+    assert proc.stdout.strip() == "ok", proc.stderr
 
 
 def test_a_run_typer_parses_still_runs(tmp_path):
