@@ -3,7 +3,7 @@ run imports.
 
 The direct parse must hand the run command exactly the parameters typer would, or leave the command
 line to typer (None). The subprocess tests pin the start-up gain (docs/performance.md, "Start-up") so it
-cannot silently regress: a plain run imports neither typer nor the engines it does not run.
+cannot silently regress: a plain run imports neither typer, importlib.metadata nor the engines' launch builders.
 """
 
 from __future__ import annotations
@@ -90,6 +90,7 @@ def test_a_plain_run_imports_no_typer(tmp_path):
     assert not [m for m in seen["modules"] if m.split(".")[0] in ("typer", "click")]
     assert "servesim.cli_app" not in seen["modules"]
     assert "importlib.metadata" not in seen["modules"]   # pydantic's plugin loader stood in for (cli.py)
+    assert not [m for m in seen["modules"] if m.endswith(".launch")]   # `servesim deploy`'s, on call
 
 
 HAND_OVER = """
