@@ -33,4 +33,6 @@ def test_latencies_nan_and_infinity_are_numpys():
               np.array([1.0, np.inf, 2.0]), np.array([-np.inf, 1.0, np.inf]), np.array([0.0, -0.0, 5.0])]
     for array in cases:
         for q in QS:
-            assert _same(linear_percentile(np.sort(array).tolist(), q), float(np.percentile(array, q))), (array, q)
+            with np.errstate(invalid="ignore"):   # numpy warns of inf - inf, and answers NaN
+                expected = float(np.percentile(array, q))
+            assert _same(linear_percentile(np.sort(array).tolist(), q), expected), (array, q)
