@@ -130,3 +130,16 @@ def test_errors_read_the_same_either_way(tmp_path, args):
     assert "typer" not in direct["modules"] and "typer" in through_typer["modules"]
     assert direct["status"] == through_typer["status"] == 2
     assert direct["stderr"] == through_typer["stderr"] and direct["stderr"].startswith("error: ")
+
+
+def test_version_without_typer_reads_as_typers(tmp_path, capsys):
+    from servesim.cli_app import app
+    from servesim.cli_usage import run_app
+
+    for flag in ("--version", "-V"):
+        seen = _probe([flag], tmp_path)
+        assert seen["status"] == 0 and "typer" not in seen["modules"]
+        capsys.readouterr()
+        assert run_app(app, [flag]) == 0
+        assert capsys.readouterr().out == subprocess.run(
+            [sys.executable, "-m", "servesim", flag], capture_output=True, text=True, timeout=60).stdout

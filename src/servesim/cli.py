@@ -1,8 +1,8 @@
 """The `servesim` command line's entry point (`main`); the commands are typer's, in cli_app.py.
 
-A plain `servesim run` command line (cli_run.py says which) runs without typer, whose start-up
-and parameter adapters are a large part of a short run; every other command line goes through
-the typer app.
+A plain `servesim run` command line (cli_run.py says which) and `servesim --version` run without
+typer, whose start-up and parameter adapters are a large part of a short run; every other command
+line goes through the typer app.
 """
 
 from __future__ import annotations
@@ -49,6 +49,14 @@ def _skip_pydantic_plugin_loader() -> None:
     sys.modules[_PLUGIN_LOADER] = stand_in
 
 
+def version_line() -> str:
+    """`servesim --version`'s line: servesim's version and each engine's newest modelled version."""
+    from servesim import __version__
+    from servesim.engine.registry import engine_versions_line
+
+    return f"servesim {__version__} (models {engine_versions_line()})"
+
+
 def main() -> None:
     # pydantic looks for third-party plugins through every installed package's entry points
     # on its first validation (~15 ms of start-up); servesim's schema needs none.
@@ -56,6 +64,9 @@ def main() -> None:
     _skip_pydantic_plugin_loader()
     from servesim.cli_run import parse_run_argv, run_command
 
+    if sys.argv[1:] in (["--version"], ["-V"]):   # as the typer group's eager option prints it
+        sys.stdout.write(version_line() + "\n")
+        sys.exit(0)
     params = parse_run_argv(sys.argv[1:])
     if params is not None:
         sys.exit(run_command(params))

@@ -24,10 +24,9 @@ show_flags_plainly()  # `--quiet` in --help, not `--quiet <bool>` (typer 0.2x)
 
 def _print_version(value: bool) -> None:
     if value:
-        from servesim import __version__
-        from servesim.engine.registry import engine_versions_line
+        from servesim.cli import version_line
 
-        sys.stdout.write(f"servesim {__version__} (models {engine_versions_line()})\n")
+        sys.stdout.write(version_line() + "\n")
         raise typer.Exit(0)
 
 
