@@ -336,7 +336,7 @@ def _run_vs(chosen: list[Workload], timings: list[str], repeat: int, python: Pat
 
 def main(argv: list[str] | None = None) -> int:
     """`python benchmarks/speed.py [options]`: the same as `servesim bench [options]`."""
-    from servesim.cli import app
+    from servesim.cli_app import app
     from servesim.cli_usage import run_app
 
     return run_app(app, ["bench", *(sys.argv[1:] if argv is None else argv)])

@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from servesim.cli import RAY_LOCAL, app, _fail
+from servesim.cli_app import RAY_LOCAL, app, _fail
 from servesim.errors import ServesimError
 
 

@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from servesim.cli import app, _fail
+from servesim.cli_app import app, _fail
 from servesim.errors import ServesimError
 
 

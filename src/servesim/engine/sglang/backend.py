@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from servesim.engine.sglang.launch import sglang_dynamo_worker, sglang_front, sglang_launch
-from servesim.engine.backend import Backend, carry_as, carry_as_not
+from servesim.engine.backend import Backend, carry_as, carry_as_not, imported_on_call
 from servesim.engine.sglang.config import SglangSchedulerConfig
 from servesim.engine.sglang.defaults import resolve_scheduler
 from servesim.engine.request_path import RequestPathCosts
@@ -82,8 +81,8 @@ SGLANG = Backend(
     request_path=RequestPathCosts(http_ms=0.5, to_engine_ms=0.2, broadcast_ms=0.5, output_ms=0.4),
     timing_profile="sglang",
     aic_backend="sglang",
-    launch=sglang_launch,
-    front=sglang_front,
-    dynamo_worker=sglang_dynamo_worker,
+    launch=imported_on_call("servesim.engine.sglang.launch", "sglang_launch"),
+    front=imported_on_call("servesim.engine.sglang.launch", "sglang_front"),
+    dynamo_worker=imported_on_call("servesim.engine.sglang.launch", "sglang_dynamo_worker"),
     dynamo_runtime="sglang",
 )

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from servesim.engine.backend import Backend, carry_as, carry_as_not
-from servesim.engine.trtllm.launch import trtllm_front, trtllm_launch
+from servesim.engine.backend import Backend, carry_as, carry_as_not, imported_on_call
 from servesim.engine.trtllm.config import TrtllmSchedulerConfig
 from servesim.engine.trtllm.defaults import resolve_scheduler
 from servesim.engine.request_path import RequestPathCosts
@@ -102,6 +101,6 @@ TRTLLM = Backend(
     check_role=_check_role,
     timing_profile="trtllm",
     aic_backend="trtllm",
-    launch=trtllm_launch,
-    front=trtllm_front,
+    launch=imported_on_call("servesim.engine.trtllm.launch", "trtllm_launch"),
+    front=imported_on_call("servesim.engine.trtllm.launch", "trtllm_front"),
 )

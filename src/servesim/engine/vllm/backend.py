@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from servesim.engine.vllm.launch import vllm_dynamo_worker, vllm_front, vllm_launch
-from servesim.engine.backend import Backend, carry_as
+from servesim.engine.backend import Backend, carry_as, imported_on_call
 from servesim.engine.vllm.config import VllmSchedulerConfig
 from servesim.engine.vllm.defaults import resolve_scheduler
 from servesim.errors import ServesimError
@@ -95,9 +94,9 @@ VLLM = Backend(
     prefill_graph_tokens=lambda sched: sched.max_cudagraph_capture_size,
     timing_profile="vllm",
     aic_backend="vllm",
-    launch=vllm_launch,
-    front=vllm_front,
-    dynamo_worker=vllm_dynamo_worker,
+    launch=imported_on_call("servesim.engine.vllm.launch", "vllm_launch"),
+    front=imported_on_call("servesim.engine.vllm.launch", "vllm_front"),
+    dynamo_worker=imported_on_call("servesim.engine.vllm.launch", "vllm_dynamo_worker"),
     dynamo_runtime="vllm",
     llm_d_model_command="vllmServe",
 )
