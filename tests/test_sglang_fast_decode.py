@@ -1,5 +1,5 @@
 """SGLang's fast decode pass (FastSglangScheduler._decode_pass: the batch's new blocks counted once,
-taken with KvCache.allocate_needs, retractions made on those counts) against the reference
+taken and committed in one loop by _commit_decodes, retractions made on those counts) against the reference
 scheduler, on random workloads that retract, reach the context limit, run with and without
 overlap, and on one-token and larger pages."""
 
@@ -8,7 +8,6 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from servesim.engine.kv.cache import KvCache
 from servesim.engine.sglang.scheduler import FastSglangScheduler, SglangScheduler
 from tests.support.equivalence import assert_same
 from tests.support.runs import write_trace
@@ -29,23 +28,23 @@ def _count_paths(monkeypatch) -> dict:
     """Counts of fast decode passes that took blocks in one count, of those that retracted on
     the fast pass's counts, and of those that fell back to the reference's pass."""
     counts = {"fused": 0, "retracted": 0, "reference": 0}
-    allocate_needs, reference_pass = KvCache.allocate_needs, SglangScheduler._decode_pass
+    commit, reference_pass = FastSglangScheduler._commit_decodes, SglangScheduler._decode_pass
     retract_for = FastSglangScheduler._retract_for
 
     def counted_retract(self, *args):
         counts["retracted"] += 1
         return retract_for(self, *args)
 
-    def counted_allocate(self, *args):
+    def counted_commit(self, *args):
         counts["fused"] += 1
-        return allocate_needs(self, *args)
+        return commit(self, *args)
 
     def counted_reference(self):
         if isinstance(self, FastSglangScheduler):
             counts["reference"] += 1
         return reference_pass(self)
 
-    monkeypatch.setattr(KvCache, "allocate_needs", counted_allocate)
+    monkeypatch.setattr(FastSglangScheduler, "_commit_decodes", counted_commit)
     monkeypatch.setattr(SglangScheduler, "_decode_pass", counted_reference)
     monkeypatch.setattr(FastSglangScheduler, "_retract_for", counted_retract)
     return counts

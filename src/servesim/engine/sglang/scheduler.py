@@ -353,7 +353,7 @@ class FastSglangScheduler(DecodeRuns, SglangScheduler):
         # A run from a pass that retracted or whose next call tries a prefill: its first pass is
         # reported apart, at its end the KV in use as the engine has it then (with overlap the
         # next pass's blocks taken too).
-        kv_used = self.kv.num_used + (self._run_blocks(decided.entries, 1) if self.async_scheduling else 0)
+        kv_used = self.kv.num_used + (self._run_pages(decided.entries, 1) if self.async_scheduling else 0)
         super().extend(decided, steps, durations, uniform_ns)
         report_first_pass_apart(decided, self._run_start, kv_used)
 
@@ -363,7 +363,8 @@ class FastSglangScheduler(DecodeRuns, SglangScheduler):
     def _decode_pass(self) -> SchedulerOutput:
         """The reference's decode pass with its counts done once: one loop over the batch
         counts every request's new blocks, and the cache takes them without counting again
-        (`KvCache.allocate_needs`); a pass that retracts does so on those counts (`_retract_for`).
+        (`_commit_decodes`: the allocation and the entries in one loop); a pass that retracts does so
+        on those counts (`_retract_for`).
         A pass that drafts or reaches the context limit takes the reference's path; nothing is
         changed before it does."""
         if self.speculation is not None:
@@ -397,8 +398,7 @@ class FastSglangScheduler(DecodeRuns, SglangScheduler):
         elif decoders:
             self.new_token_ratio = max(self.new_token_ratio - self.decay, self.min_ratio)
         if decoders:
-            kv.allocate_needs(decoders, [1] * len(decoders), needs, need)
-            self._commit_decodes(out, decoders)
+            self._commit_decodes(out, decoders, needs, need)
         return out
 
     def _retract_for(self, out: SchedulerOutput, decoders: list, needs: list, need: int) -> int:
@@ -423,16 +423,39 @@ class FastSglangScheduler(DecodeRuns, SglangScheduler):
             self.new_token_ratio = max(self.new_token_ratio - self.decay, self.min_ratio)
         return need
 
-    def _commit_decodes(self, out: SchedulerOutput, decoders: list) -> None:
-        """The pass's entries with `_update_after_schedule`'s bookkeeping done as each is made
-        (one token each, no drafts): one loop over the batch instead of two."""
+    def _commit_decodes(self, out: SchedulerOutput, decoders: list, needs: list, need: int) -> None:
+        """`KvCache.allocate_needs` (one token each, `need` blocks in all) and the pass's entries
+        with `_update_after_schedule`'s bookkeeping, in one loop over the batch instead of three.
+        Each request's blocks and cache mark are settled before its counters move, as when the
+        allocation ran first: no request's allocation reads another's counters."""
+        kv = self.kv
+        pool: list[int] = []
+        kv.take(need, pool)
+        position = 0
+        caching = kv.enable_caching
+        size = kv.block_size
         entries = out.entries
         overlap = self.async_scheduling
-        for request in decoders:
+        for request, blocks in zip(decoders, needs):
+            if blocks == 1:   # one-token pages: one block a decode, no slice
+                request.blocks.append(pool[position])
+                position += 1
+            elif blocks > 0:
+                request.blocks.extend(pool[position:position + blocks])
+                position += blocks
             before = request.num_computed
+            computed = before + 1
+            known = request.prompt_len + request.num_output
+            if caching:
+                full = (computed if computed < known else known) // size
+                if full > request.num_cached_blocks:
+                    if request.num_cached_blocks < request.keys.shared_blocks:
+                        kv.cache_full_blocks(request, computed if computed < known else known)
+                    else:   # past the shareable prefix: what `cache_full_blocks` does, without the call
+                        request.num_cached_blocks = full
             entry = PassEntry(request, 1, before, "running")
-            known = request.prompt_len + request.num_output + request.placeholders
-            request.num_computed = computed = before + 1
+            known += request.placeholders
+            request.num_computed = computed
             request.in_flight += 1
             request.is_prefill_chunk = chunk = computed < known
             entry.is_decode = before >= request.prompt_len
