@@ -8,7 +8,8 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from servesim.engine.sglang.scheduler import FastSglangScheduler, SglangScheduler
+from servesim.engine.sglang.fast import FastSglangScheduler
+from servesim.engine.sglang.scheduler import SglangScheduler
 from tests.support.equivalence import assert_same
 from tests.support.runs import write_trace
 from tests.support.scenarios import as_backend, scenarios
