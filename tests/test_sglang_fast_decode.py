@@ -27,10 +27,15 @@ def _config(trace, sched, client, trace_block_size):
 
 def _count_paths(monkeypatch) -> dict:
     """Counts of fast decode passes that took blocks in one count, of those that retracted on
-    the fast pass's counts, and of those that fell back to the reference's pass."""
-    counts = {"fused": 0, "retracted": 0, "reference": 0}
+    the fast pass's counts, of those that fell back to the reference's pass, and of the fast
+    output processing's calls."""
+    counts = {"fused": 0, "retracted": 0, "reference": 0, "outputs": 0}
     commit, reference_pass = FastSglangScheduler._commit_decodes, SglangScheduler._decode_pass
-    retract_for = FastSglangScheduler._retract_for
+    retract_for, outputs = FastSglangScheduler._retract_for, FastSglangScheduler.update_from_output
+
+    def counted_outputs(self, done):
+        counts["outputs"] += 1
+        return outputs(self, done)
 
     def counted_retract(self, *args):
         counts["retracted"] += 1
@@ -48,6 +53,7 @@ def _count_paths(monkeypatch) -> dict:
     monkeypatch.setattr(FastSglangScheduler, "_commit_decodes", counted_commit)
     monkeypatch.setattr(SglangScheduler, "_decode_pass", counted_reference)
     monkeypatch.setattr(FastSglangScheduler, "_retract_for", counted_retract)
+    monkeypatch.setattr(FastSglangScheduler, "update_from_output", counted_outputs)
     return counts
 
 
@@ -79,4 +85,4 @@ def test_retractions_and_the_context_limit_match_the_reference(tmp_path, monkeyp
                          {"mode": "open_loop"}, 4)
         fast = assert_same(config)
         assert fast.summary["preemptions"] > 0
-    assert counts["fused"] > 0 and counts["retracted"] > 0 and counts["reference"] == 0
+    assert counts["fused"] > 0 and counts["retracted"] > 0 and counts["reference"] == 0 and counts["outputs"] > 0
