@@ -32,7 +32,7 @@ from servesim.engine.events import EventSink
 from servesim.engine.passes import PassResult, SchedulerOutput
 from servesim.engine.request import Request, Status
 from servesim.engine.scheduler_core import SchedulerCore
-from servesim.timing.base import PassShape, TimingModel
+from servesim.timing.base import TimingModel
 
 
 class Worker:
@@ -338,7 +338,7 @@ class Worker:
         pass end."""
         result = PassResult(decided, self.num_passes, now)
         # A pass that admits host-tier prefix hits waits for their copy back to the GPU.
-        duration = self.timing.duration_ns(PassShape.of(decided)) + decided.load_ns
+        duration = self.timing.pass_ns(decided) + decided.load_ns
         steps = 1
         if self.fast_forward and not self.intake and not self.aborts and self.scheduler.may_run(decided):
             duration = self._fast_forward(decided, now, duration) or duration

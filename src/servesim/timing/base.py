@@ -44,6 +44,10 @@ class TimingModel:
     def duration_ns(self, shape: PassShape) -> int:
         raise NotImplementedError
 
+    def pass_ns(self, decided) -> int:
+        """The duration of a scheduled pass (`duration_ns` of its shape)."""
+        return self.duration_ns(PassShape.of(decided))
+
     def min_pass_ns(self) -> int:
         """A lower bound on any pass's duration (0: none known). Lets a decode worker see past a
         prefill pass that hands nothing over: the next one cannot end sooner than this after it."""
@@ -74,6 +78,9 @@ class FixedTimingModel(TimingModel):
 
     def duration_ns(self, shape: PassShape) -> int:
         return self._ns
+
+    def pass_ns(self, decided) -> int:
+        return self._ns   # no shape to build: a loop over the pass's entries saved per pass
 
     def min_pass_ns(self) -> int:
         return self._ns
