@@ -52,6 +52,17 @@ class FastSglangScheduler(DecodeRuns, SglangScheduler):
         super().extend(decided, steps, durations, uniform_ns)
         report_first_pass_apart(decided, self._run_start, kv_used)
 
+    def _reserved_decode_tokens(self) -> float:
+        # The reference's sum written out (no generator, min or max per request): every prefill
+        # pass sums it over the running batch. The same integers, times the ratio once.
+        clip = CLIP_MAX_NEW_TOKENS
+        total = 0
+        for request in self.running:
+            left = request.max_tokens - request.num_output
+            if left > 0:
+                total += left if left < clip else clip
+        return total * self.new_token_ratio
+
     def _request_slots(self) -> int:
         return self.max_running_requests
 
