@@ -44,9 +44,10 @@ class TimingModel:
     def duration_ns(self, shape: PassShape) -> int:
         raise NotImplementedError
 
-    def pass_ns(self, decided) -> int:
-        """The duration of a scheduled pass (`duration_ns` of its shape)."""
-        return self.duration_ns(PassShape.of(decided))
+    def fixed_ns(self) -> int | None:
+        """Every pass's duration, when it depends on nothing (else None): the engine then builds
+        no shape (a loop over the pass's entries) to price a pass."""
+        return None
 
     def min_pass_ns(self) -> int:
         """A lower bound on any pass's duration (0: none known). Lets a decode worker see past a
@@ -79,8 +80,8 @@ class FixedTimingModel(TimingModel):
     def duration_ns(self, shape: PassShape) -> int:
         return self._ns
 
-    def pass_ns(self, decided) -> int:
-        return self._ns   # no shape to build: a loop over the pass's entries saved per pass
+    def fixed_ns(self) -> int | None:
+        return self._ns
 
     def min_pass_ns(self) -> int:
         return self._ns
