@@ -149,7 +149,7 @@ class DecodeRuns:
         max_len = self.max_model_len
         cap = limit
         context = 0
-        held = 0
+        deficit = 0   # Σ c - b
         latest = 0
         ahead = False   # some request holds pages past its computed tokens
         for entry in entries:
@@ -159,11 +159,11 @@ class DecodeRuns:
             remaining = min(request.max_tokens, max_len - request.prompt_len) - request.num_output
             if remaining < cap:
                 cap = remaining
-            computed = entry.computed_before + 1
-            context += computed
-            pages = len(request.blocks)
-            held += pages
-            if pages > computed:
+            context += entry.computed_before + 1
+            computed = request.num_computed   # what `_run_blocks` counts from
+            spare = len(request.blocks) - computed
+            deficit -= spare
+            if spare > 0:
                 ahead = True
             if computed > latest:
                 latest = computed
@@ -172,7 +172,6 @@ class DecodeRuns:
         free = self.kv.num_free
         behind = 1 if self.async_scheduling else 0
         count = len(entries)
-        deficit = context - held
         if ahead or latest + cap - 1 + behind > max_len:   # the general count (a page may be spare)
             if self._run_blocks(entries, cap - 1 + behind) > free:
                 cap = self._steps_fitting(entries, free, behind, cap)
