@@ -145,7 +145,15 @@ def test_runs_stop_where_free_blocks_run_out(tmp_path, monkeypatch, spans, backe
         block_limited.append(steps)
         return steps
 
+    pages_fitting = DecodeRuns._pages_fitting
+
+    def recording_pages_fitting(self, *args):   # the same cut in closed form (one-token pages)
+        steps = pages_fitting(self, *args)
+        block_limited.append(steps)
+        return steps
+
     monkeypatch.setattr(DecodeRuns, "_steps_fitting", recording_steps_fitting)
+    monkeypatch.setattr(DecodeRuns, "_pages_fitting", recording_pages_fitting)
     rows = [{"timestamp": 0.0, "input_length": 6, "output_length": 40} for _ in range(6)]
     if backend == "sglang":
         sched = _sglang(overlap, context_length=64, max_total_tokens=150, num_reserved_decode_tokens=0,

@@ -1,5 +1,5 @@
 """SGLang's fast decode pass (FastSglangScheduler._decode_pass: the batch's new blocks counted once,
-taken with KvCache.allocate_needs, retractions made on those counts) against the reference
+taken and committed in one loop by _commit_decodes, retractions made on those counts) against the reference
 scheduler, on random workloads that retract, reach the context limit, run with and without
 overlap, and on one-token and larger pages."""
 
@@ -8,8 +8,8 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from servesim.engine.kv.cache import KvCache
-from servesim.engine.sglang.scheduler import FastSglangScheduler, SglangScheduler
+from servesim.engine.sglang.fast import FastSglangScheduler
+from servesim.engine.sglang.scheduler import SglangScheduler
 from tests.support.equivalence import assert_same
 from tests.support.runs import write_trace
 from tests.support.scenarios import as_backend, scenarios
@@ -27,27 +27,33 @@ def _config(trace, sched, client, trace_block_size):
 
 def _count_paths(monkeypatch) -> dict:
     """Counts of fast decode passes that took blocks in one count, of those that retracted on
-    the fast pass's counts, and of those that fell back to the reference's pass."""
-    counts = {"fused": 0, "retracted": 0, "reference": 0}
-    allocate_needs, reference_pass = KvCache.allocate_needs, SglangScheduler._decode_pass
-    retract_for = FastSglangScheduler._retract_for
+    the fast pass's counts, of those that fell back to the reference's pass, and of the fast
+    output processing's calls."""
+    counts = {"fused": 0, "retracted": 0, "reference": 0, "outputs": 0}
+    commit, reference_pass = FastSglangScheduler._commit_decodes, SglangScheduler._decode_pass
+    retract_for, outputs = FastSglangScheduler._retract_for, FastSglangScheduler.update_from_output
+
+    def counted_outputs(self, done):
+        counts["outputs"] += 1
+        return outputs(self, done)
 
     def counted_retract(self, *args):
         counts["retracted"] += 1
         return retract_for(self, *args)
 
-    def counted_allocate(self, *args):
+    def counted_commit(self, *args):
         counts["fused"] += 1
-        return allocate_needs(self, *args)
+        return commit(self, *args)
 
     def counted_reference(self):
         if isinstance(self, FastSglangScheduler):
             counts["reference"] += 1
         return reference_pass(self)
 
-    monkeypatch.setattr(KvCache, "allocate_needs", counted_allocate)
+    monkeypatch.setattr(FastSglangScheduler, "_commit_decodes", counted_commit)
     monkeypatch.setattr(SglangScheduler, "_decode_pass", counted_reference)
     monkeypatch.setattr(FastSglangScheduler, "_retract_for", counted_retract)
+    monkeypatch.setattr(FastSglangScheduler, "update_from_output", counted_outputs)
     return counts
 
 
@@ -79,4 +85,4 @@ def test_retractions_and_the_context_limit_match_the_reference(tmp_path, monkeyp
                          {"mode": "open_loop"}, 4)
         fast = assert_same(config)
         assert fast.summary["preemptions"] > 0
-    assert counts["fused"] > 0 and counts["retracted"] > 0 and counts["reference"] == 0
+    assert counts["fused"] > 0 and counts["retracted"] > 0 and counts["reference"] == 0 and counts["outputs"] > 0

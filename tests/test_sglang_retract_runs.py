@@ -15,8 +15,9 @@ import servesim
 
 from servesim.engine.kv.cache import KvCache
 from servesim.engine.request import Request
+from servesim.engine.sglang.fast import FastSglangScheduler
 from servesim.engine.sglang.retract_runs import next_prefill_fails
-from servesim.engine.sglang.scheduler import CLIP_MAX_NEW_TOKENS, FastSglangScheduler, SglangScheduler
+from servesim.engine.sglang.scheduler import CLIP_MAX_NEW_TOKENS, SglangScheduler
 from tests.support.equivalence import assert_same
 from tests.support.runs import write_trace
 from tests.test_pass_logs import assert_same_pass_logs
@@ -86,7 +87,7 @@ def _without_retraction_runs(config) -> dict:
     that retracted or whose next call tries a prefill."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(FastSglangScheduler, "_runs_past_preemption", lambda self, decided: False)
-        patch.setattr("servesim.engine.sglang.scheduler.next_prefill_fails", lambda *args: False)
+        patch.setattr("servesim.engine.sglang.fast.next_prefill_fails", lambda *args: False)
         return servesim.simulate(copy.deepcopy(config))
 
 

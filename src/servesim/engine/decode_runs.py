@@ -38,6 +38,8 @@ the reference (the same schedulers without runs) on random workloads.
 
 from __future__ import annotations
 
+from itertools import repeat
+
 from servesim.engine.passes import PassRun, SchedulerOutput
 
 
@@ -47,6 +49,9 @@ class DecodeRuns:
     fast_forwards = True   # engine/events.py's FastForward
     warmup_below = 0
     _last_decided: SchedulerOutput | None = None   # a run starts only from the pass scheduled last
+    # One-token pages, none spare, no context limit in the run: its pages for s tokens each are
+    # _run_deficit + n·s (set by quiet_steps; None: count them request by request).
+    _run_deficit: int | None = None
 
     def exclude_warmup(self, first_measured: int) -> None:
         self.warmup_below = first_measured
@@ -91,6 +96,13 @@ class DecodeRuns:
                 total += need
         return total
 
+    def _run_pages(self, entries, steps: int) -> int:
+        """`_run_blocks`, in closed form where `quiet_steps` found it (steps within the run's)."""
+        deficit = self._run_deficit
+        if deficit is None:
+            return self._run_blocks(entries, steps)
+        return deficit + len(entries) * steps
+
     def quiet_steps(self, decided: SchedulerOutput, limit: int, now: int) -> int:
         """How many passes, starting with `decided` (starting at `now`), are the same decode pass."""
         entries = decided.entries
@@ -99,6 +111,9 @@ class DecodeRuns:
                 or (self.transferred and len(self.running) < self._request_slots())
                 or self.transfers_waiting or not self._admission_quiet()):
             return 0
+        self._run_deficit = None
+        if self.kv.block_size == 1:
+            return self._quiet_pages(entries, limit, now)
         max_len = self.max_model_len
         cap = limit
         context = 0
@@ -123,6 +138,57 @@ class DecodeRuns:
         self._run_context = context
         self._run_start = now
         return cap
+
+    def _quiet_pages(self, entries, limit: int, now: int) -> int:
+        """`quiet_steps` past its first checks with one-token pages (SGLang's default), in one loop.
+
+        A request that holds no page past its computed tokens (b <= c) and stays inside the
+        context limit needs c - b + s pages for s more tokens, so the run's pages for s tokens
+        each are `deficit + n·s` (deficit = Σ c - b): the largest run that fits is a quotient,
+        and `_run_blocks` need not loop over the batch. Otherwise the general count decides."""
+        max_len = self.max_model_len
+        cap = limit
+        context = 0
+        deficit = 0   # Σ c - b
+        latest = 0
+        ahead = False   # some request holds pages past its computed tokens
+        for entry in entries:
+            request = entry.request
+            if not entry.is_decode or entry.tokens != 1 or entry.drafts or request.stale:
+                return 0
+            remaining = min(request.max_tokens, max_len - request.prompt_len) - request.num_output
+            if remaining < cap:
+                cap = remaining
+            context += entry.computed_before + 1
+            computed = request.num_computed   # what `_run_blocks` counts from
+            spare = len(request.blocks) - computed
+            deficit -= spare
+            if spare > 0:
+                ahead = True
+            if computed > latest:
+                latest = computed
+        if cap < 2:
+            return 0
+        free = self.kv.num_free
+        behind = 1 if self.async_scheduling else 0
+        count = len(entries)
+        if ahead or latest + cap - 1 + behind > max_len:   # the general count (a page may be spare)
+            if self._run_blocks(entries, cap - 1 + behind) > free:
+                cap = self._steps_fitting(entries, free, behind, cap)
+        else:
+            self._run_deficit = deficit
+            if deficit + count * (cap - 1 + behind) > free:
+                cap = self._pages_fitting(deficit, count, free, behind)
+        if cap < 2:
+            return 0
+        self._run_context = context
+        self._run_start = now
+        return cap
+
+    def _pages_fitting(self, deficit: int, count: int, free: int, behind: int) -> int:
+        """`_steps_fitting` in closed form (see _quiet_pages): the largest k whose passes 2..k
+        (+ `behind`) fit, deficit + n·(k - 1 + behind) <= free (below 2: none)."""
+        return (free - deficit) // count + 1 - behind
 
     def _steps_fitting(self, entries, free: int, behind: int, cap: int) -> int:
         """The largest k < cap whose passes 2..k (+ `behind`) fit in `free` blocks (1: none)."""
@@ -150,21 +216,14 @@ class DecodeRuns:
         one segment, as the run ends with the first request's last token."""
         return [(steps, len(decided.entries), self._run_context)]
 
-    def extend(self, decided: SchedulerOutput, steps: int, durations, uniform_ns: int = 0) -> None:
-        """Make `decided` stand for `steps` passes (see quiet_steps), each lasting its entry of
-        `durations`, or `uniform_ns` when `durations` is None."""
+    def _run_needs(self, entries, extra: int) -> tuple[list[int], int]:
+        """Each entry's new blocks for `extra` more tokens (<= 0: none), and the blocks of the
+        run's last pass: `KvCache.allocate_each`'s count fused with the last pass's, one loop."""
         kv = self.kv
         size = kv.block_size
         max_len = self.max_model_len
-        extra = steps - 1
-        overlap = self.async_scheduling
-        caching = kv.enable_caching
-        entries = decided.entries
-        # `KvCache.allocate_each` with `extra` tokens each, fused with the last pass's count: one
-        # loop over the batch a run, not three, since this runs for every fast-forwarded run over
-        # its whole batch (docs/performance.md, "Hot loops written out").
         needs = []
-        last_step = 0   # blocks of the run's last pass
+        last_step = 0
         for entry in entries:
             request = entry.request
             held = len(request.blocks)
@@ -179,12 +238,32 @@ class DecodeRuns:
                     before = max_len
                 before_need = -(-before // size) - held
                 last_step += need - (before_need if before_need > 0 else 0)
+        return needs, last_step
+
+    def extend(self, decided: SchedulerOutput, steps: int, durations, uniform_ns: int = 0) -> None:
+        """Make `decided` stand for `steps` passes (see quiet_steps), each lasting its entry of
+        `durations`, or `uniform_ns` when `durations` is None."""
+        kv = self.kv
+        size = kv.block_size
+        max_len = self.max_model_len
+        extra = steps - 1
+        overlap = self.async_scheduling
+        caching = kv.enable_caching
+        entries = decided.entries
+        deficit = self._run_deficit
+        if deficit is None:
+            needs, last_step = self._run_needs(entries, extra)
+            total = sum(need for need in needs if need > 0)
+        else:   # one-token pages: each request needs c - b + extra, one a pass (see _quiet_pages)
+            needs = repeat(0)
+            total = deficit + len(entries) * extra
+            last_step = len(entries)
         # Pass logs: the free blocks after each pass is scheduled, as the engine takes them.
-        free_blocks = ([decided.free_blocks] + [kv.num_free - self._run_blocks(entries, step)
+        free_blocks = ([decided.free_blocks] + [kv.num_free - self._run_pages(entries, step)
                                                 for step in range(1, steps)]
                        if self.names_requests else None)
         pool: list[int] = []
-        kv.take(sum(need for need in needs if need > 0), pool)
+        kv.take(total, pool)
         position = 0
         warm = 0
         start = self._run_start
@@ -195,6 +274,8 @@ class DecodeRuns:
                 warm += 1
             elif request.last_token_ns != start:
                 late.append(request.last_token_ns)
+            if deficit is not None:
+                need = request.num_computed + extra - len(request.blocks)
             if need > 0:
                 request.blocks.extend(pool[position:position + need])
                 position += need

@@ -124,7 +124,7 @@ class PipelineWorker(Worker):
 
     def _start(self, decided: SchedulerOutput, now: int) -> int:
         stages, free = self.stages, self.stage_free
-        stage = stages.stage_ns(self.timing.duration_ns(PassShape.of(decided)))
+        stage = stages.stage_ns(self.fixed_ns or self.timing.duration_ns(PassShape.of(decided)))
         start = max(now, free[0])
         end = free[0] = start + stage + decided.load_ns   # host-tier loads land before stage 1
         for boundary in range(1, stages.pp):

@@ -50,6 +50,7 @@ class Worker:
         self.index = 0
         self.scheduler = scheduler
         self.timing = timing
+        self.fixed_ns = timing.fixed_ns()   # fixed timing: no pass shape to build (TimingModel.fixed_ns)
         self.async_scheduling = async_scheduling
         self.events: EventSink | None = None   # the loop it runs in (attach)
         self.intake: deque[Request] = deque()   # arrived, not yet read by the engine
@@ -338,7 +339,7 @@ class Worker:
         pass end."""
         result = PassResult(decided, self.num_passes, now)
         # A pass that admits host-tier prefix hits waits for their copy back to the GPU.
-        duration = self.timing.duration_ns(PassShape.of(decided)) + decided.load_ns
+        duration = (self.fixed_ns or self.timing.duration_ns(PassShape.of(decided))) + decided.load_ns
         steps = 1
         if self.fast_forward and not self.intake and not self.aborts and self.scheduler.may_run(decided):
             duration = self._fast_forward(decided, now, duration) or duration

@@ -44,6 +44,11 @@ class TimingModel:
     def duration_ns(self, shape: PassShape) -> int:
         raise NotImplementedError
 
+    def fixed_ns(self) -> int | None:
+        """Every pass's duration, when it depends on nothing (else None): the engine then builds
+        no shape (a loop over the pass's entries) to price a pass."""
+        return None
+
     def min_pass_ns(self) -> int:
         """A lower bound on any pass's duration (0: none known). Lets a decode worker see past a
         prefill pass that hands nothing over: the next one cannot end sooner than this after it."""
@@ -73,6 +78,9 @@ class FixedTimingModel(TimingModel):
         self._ns = max(1, round(cfg.pass_ms * 1e6))
 
     def duration_ns(self, shape: PassShape) -> int:
+        return self._ns
+
+    def fixed_ns(self) -> int | None:
         return self._ns
 
     def min_pass_ns(self) -> int:

@@ -11,7 +11,8 @@ from servesim.engine.request_path import RequestPathCosts
 def make_scheduler(sched: SglangSchedulerConfig, kv, reference: bool):
     # Imported here: the schedulers import the engine core, which imports servesim.config,
     # which reads this registry entry while it loads.
-    from servesim.engine.sglang.scheduler import FastSglangScheduler, SglangScheduler
+    from servesim.engine.sglang.fast import FastSglangScheduler
+    from servesim.engine.sglang.scheduler import SglangScheduler
 
     return (SglangScheduler if reference else FastSglangScheduler)(
         kv,

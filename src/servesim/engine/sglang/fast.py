@@ -1,0 +1,253 @@
+"""SGLang's fast engine: the reference scheduler (engine/sglang/scheduler.py) with runs of identical
+decode passes fast-forwarded (engine/decode_runs.py), runs that may start at a retraction
+(engine/sglang/retract_runs.py), and a decode pass and output processing that visit each
+running request once each (the reference's rules on the same counts, held to it by
+tests/test_sglang_fast_decode.py and tests/test_fast_engine.py)."""
+
+from __future__ import annotations
+
+from servesim.engine.decode_runs import DecodeRuns
+from servesim.engine.passes import PassEntry, PassResult, SchedulerOutput
+from servesim.engine.request import Status
+from servesim.engine.sglang.retract_runs import next_prefill_fails, report_first_pass_apart
+from servesim.engine.sglang.scheduler import CLIP_MAX_NEW_TOKENS, RETRACT_DECODE_STEPS, SglangScheduler
+
+
+class FastSglangScheduler(DecodeRuns, SglangScheduler):
+    """SGLang with runs of identical decode passes fast-forwarded (engine/decode_runs.py)."""
+
+    _committed: SchedulerOutput | None = None   # a decode pass whose entries are already committed
+    # Does the next call's prefill try fail and mark the batch full (engine/sglang/retract_runs.py)?
+    # Settled once per run asked for (None: not yet), the mark set as the run is made.
+    _full_after_run: bool | None = None
+
+    def quiet_steps(self, decided: SchedulerOutput, limit: int, now: int) -> int:
+        self._full_after_run = None
+        return super().quiet_steps(decided, limit, now)
+
+    def _admission_quiet(self) -> bool:
+        # A prefill is tried only while something waits and the batch is not marked full, and
+        # that mark stays until a running request leaves (the run's last pass at the earliest);
+        # else the next call's try must fail at its first candidate.
+        if self.chunked is not None:
+            return False
+        if not self.waiting or self.batch_is_full:
+            return True
+        if self._full_after_run is None:
+            self._full_after_run = self.speculation is None and next_prefill_fails(
+                self, 0 if self.async_scheduling else 1, CLIP_MAX_NEW_TOKENS)
+        return self._full_after_run
+
+    def _runs_past_preemption(self, decided: SchedulerOutput) -> bool:
+        # Retracted requests come back only through a prefill try, which the run has settled.
+        return self._admission_quiet()
+
+    def extend(self, decided: SchedulerOutput, steps: int, durations, uniform_ns: int = 0) -> None:
+        if not (decided.preempted or self._full_after_run):
+            return super().extend(decided, steps, durations, uniform_ns)
+        # A run from a pass that retracted or whose next call tries a prefill: its first pass is
+        # reported apart, at its end the KV in use as the engine has it then (with overlap the
+        # next pass's blocks taken too).
+        kv_used = self.kv.num_used + (self._run_pages(decided.entries, 1) if self.async_scheduling else 0)
+        super().extend(decided, steps, durations, uniform_ns)
+        report_first_pass_apart(decided, self._run_start, kv_used)
+
+    def _reserved_decode_tokens(self) -> float:
+        # The reference's sum written out (no generator, min or max per request): every prefill
+        # pass sums it over the running batch. The same integers, times the ratio once.
+        clip = CLIP_MAX_NEW_TOKENS
+        total = 0
+        for request in self.running:
+            left = request.max_tokens - request.num_output
+            if left > 0:
+                total += left if left < clip else clip
+        return total * self.new_token_ratio
+
+    def _request_slots(self) -> int:
+        return self.max_running_requests
+
+    def _decode_pass(self) -> SchedulerOutput:
+        """The reference's decode pass with its counts done once: one loop over the batch
+        counts every request's new blocks, and the cache takes them without counting again
+        (`_commit_decodes`: the allocation and the entries in one loop); a pass that retracts does so
+        on those counts (`_retract_for`).
+        A pass that drafts or reaches the context limit takes the reference's path; nothing is
+        changed before it does."""
+        if self.speculation is not None:
+            return super()._decode_pass()
+        kv = self.kv
+        size = kv.block_size
+        max_len = self.max_model_len
+        overlap = self.async_scheduling
+        decoders = []
+        needs = []
+        need = 0
+        for request in self.running:
+            computed = request.num_computed + 1
+            # `_decoding`, written out: with overlap, a request whose last token is in flight sits out.
+            if overlap and request.placeholders > 0 and \
+                    computed + 1 - request.placeholders >= request.prompt_len + request.max_tokens:
+                continue
+            decoders.append(request)
+            if computed > max_len:
+                return super()._decode_pass()
+            blocks = -(-computed // size) - len(request.blocks)
+            if blocks > 0:
+                need += blocks
+            needs.append(blocks)
+        out = SchedulerOutput()
+        if need > kv.num_free:
+            need = self._retract_for(out, decoders, needs, need)
+            if need > kv.num_free:   # a lone request does not fit: the reference's allocation
+                self._add_decodes(out, decoders, [1] * len(decoders))
+                return out
+        elif decoders:
+            self.new_token_ratio = max(self.new_token_ratio - self.decay, self.min_ratio)
+        if decoders:
+            self._commit_decodes(out, decoders, needs, need)
+        return out
+
+    def _retract_for(self, out: SchedulerOutput, decoders: list, needs: list, need: int) -> int:
+        """The reference's retraction (`SglangScheduler._decode_pass`) on the counts the fast pass
+        made: victims leave `decoders` and `needs` until `need` blocks fit or one request is left,
+        then `new_token_ratio` is reset from the remaining batch. Returns the blocks still needed."""
+        kv = self.kv
+        while need > kv.num_free and len(decoders) > 1:
+            victim = min(decoders, key=lambda r: (r.num_output, -r.prompt_len, -r.seq))
+            index = decoders.index(victim)
+            del decoders[index]
+            blocks = needs.pop(index)
+            if blocks > 0:
+                need -= blocks   # the others' needs do not depend on it
+            self._retract(victim)
+            out.preempted.append(victim)
+        if out.preempted:
+            remaining = self.running
+            self.new_token_ratio = min(1.0, (sum(r.num_output for r in remaining) + RETRACT_DECODE_STEPS
+                                             * len(remaining)) / (sum(r.max_tokens for r in remaining) + 1))
+        elif decoders:
+            self.new_token_ratio = max(self.new_token_ratio - self.decay, self.min_ratio)
+        return need
+
+    def _commit_decodes(self, out: SchedulerOutput, decoders: list, needs: list, need: int) -> None:
+        """`KvCache.allocate_needs` (one token each, `need` blocks in all) and the pass's entries
+        with `_update_after_schedule`'s bookkeeping, in one loop over the batch instead of three.
+        Each request's blocks and cache mark are settled before its counters move, as when the
+        allocation ran first: no request's allocation reads another's counters."""
+        kv = self.kv
+        pool: list[int] = []
+        kv.take(need, pool)
+        position = 0
+        caching = kv.enable_caching
+        size = kv.block_size
+        entries = out.entries
+        overlap = self.async_scheduling
+        for request, blocks in zip(decoders, needs):
+            if blocks == 1:   # one-token pages: one block a decode, no slice
+                request.blocks.append(pool[position])
+                position += 1
+            elif blocks > 0:
+                request.blocks.extend(pool[position:position + blocks])
+                position += blocks
+            before = request.num_computed
+            computed = before + 1
+            known = request.prompt_len + request.num_output
+            if caching:
+                full = (computed if computed < known else known) // size
+                if full > request.num_cached_blocks:
+                    if request.num_cached_blocks < request.keys.shared_blocks:
+                        kv.cache_full_blocks(request, computed if computed < known else known)
+                    else:   # past the shareable prefix: what `cache_full_blocks` does, without the call
+                        request.num_cached_blocks = full
+            entry = PassEntry(request, 1, before, "running")
+            known += request.placeholders
+            request.num_computed = computed
+            request.in_flight += 1
+            request.is_prefill_chunk = chunk = computed < known
+            entry.is_decode = before >= request.prompt_len
+            if not chunk:
+                entry.samples = True
+                entry.drafts = drafts = computed - known
+                if overlap:
+                    request.placeholders += 1 + drafts
+            entries.append(entry)
+        out.num_tokens = len(decoders)
+        self._committed = out
+
+    def _update_after_schedule(self, out: SchedulerOutput) -> None:
+        if out is self._committed:   # done as the decode pass made its entries
+            self._committed = None
+            return
+        super()._update_after_schedule(out)
+
+    def update_from_output(self, done: PassResult) -> None:
+        """`SglangScheduler.update_from_output` with no drafts to verify (no speculative decoding):
+        the same steps per entry, in the same order, with the lookups out of the loop and the
+        block caching past the shareable prefix done as `allocate_needs` does it. This runs once
+        per scheduler call over the whole batch."""
+        if self.speculation is not None:
+            return super().update_from_output(done)
+        before = len(self.running)
+        finished = done.finished
+        deliver = done.delivered.append
+        stopped_running: set[int] = set()
+        run = done.run is not None
+        overlap = self.async_scheduling
+        produced = 1 if overlap or not run else done.run.steps
+        kv = self.kv
+        size = kv.block_size
+        caching = kv.enable_caching
+        max_len = self.max_model_len
+        end_ns = done.end_ns
+        done_status, running_status = Status.FINISHED, Status.RUNNING
+        for entry in done.scheduled.entries:
+            request = entry.request
+            tokens = entry.tokens
+            request.in_flight -= tokens
+            stale = request.stale
+            if stale > 0:
+                request.stale = stale - tokens
+            status = request.status
+            if status == done_status or not entry.samples:
+                continue
+            request.num_output = output = request.num_output + produced
+            if run:
+                request.last_token_ns = end_ns
+            else:
+                deliver(request)
+            if overlap:
+                if stale <= 0:
+                    request.placeholders -= produced
+                if status == running_status and caching:
+                    known = request.num_computed - request.placeholders
+                    full = known // size
+                    if full > request.num_cached_blocks:
+                        if request.num_cached_blocks < request.keys.shared_blocks:
+                            kv.cache_full_blocks(request, known)
+                        else:
+                            request.num_cached_blocks = full
+            if output >= request.max_tokens or request.prompt_len + output >= max_len:
+                request.status = done_status
+                if not request.hold_kv:
+                    kv.free(request)
+                finished.append(request)
+                if status == running_status:
+                    stopped_running.add(request.request_id)
+                else:
+                    self.waiting.remove(request)
+        if stopped_running:
+            self.running = [r for r in self.running if r.request_id not in stopped_running]
+        if len(self.running) < before:
+            self.batch_is_full = False
+
+    def _advance_run(self, extra: int) -> None:
+        if self._full_after_run:   # the run's second call tried to admit and marked the batch full
+            self.batch_is_full = True
+            self._full_after_run = False
+        # One decay per decode pass, in the engine's float arithmetic.
+        ratio, decay, floor = self.new_token_ratio, self.decay, self.min_ratio
+        for _ in range(extra):
+            if ratio == floor:
+                break
+            ratio = max(ratio - decay, floor)
+        self.new_token_ratio = ratio
