@@ -28,6 +28,12 @@ observations:
   32 blocks of 16 tokens for a trace block of 512) are always a head of that run: they
   are kept as one list per prefix id (`_Chunk`). A hit, an insertion and the eviction
   of a run's tail cost a step per prefix id, not a dictionary operation per block.
+- A shared block that its request cached itself is held by that request alone until
+  another request hits it, so its reference count (1) is not stored: it stays 0, and
+  the request's `_Hold` says from which of its blocks on the counts are implicit. A
+  lookup that hits such blocks stores their counts first (`_materialize`); the chunk
+  the owner extended names its hold, so the lookup finds it. So caching and freeing a
+  block nobody else holds costs no Python step, only list work.
 
 So a request costs O(1) plus O(its shareable prompt blocks) in list work, not O(its
 blocks), and O(its prefix ids) in dictionary work.
@@ -69,9 +75,23 @@ class _FreedRun(list):
 class _Chunk(list):
     """The cached blocks of one prefix id's shared blocks (`BlockKeys.chunk_spans`), in block
     order: always a head of them, since a chain's keys are cached as a head. `first_end` is
-    the end of the first one, whose key is the prefix id's base plus it."""
+    the end of the first one, whose key is the prefix id's base plus it. `lazy` is the hold
+    of the request that last extended it (None: nobody), whose blocks from `lazy.lo` on may
+    sit in its tail with their counts not stored."""
 
-    __slots__ = ("first_end",)
+    __slots__ = ("first_end", "lazy")
+
+
+class _Hold:
+    """A request's blocks `lo` .. (its keyed shared blocks' end) are held by it alone, and
+    their reference counts (1) are not stored. Only while `request.kv_hold is self`: a free
+    ends it, and a later admission of the request makes a new one."""
+
+    __slots__ = ("request", "lo")
+
+    def __init__(self, request: Request, lo: int) -> None:
+        self.request = request
+        self.lo = lo
 
 
 class KvCache:
@@ -152,6 +172,11 @@ class KvCache:
                 if chunk is None:
                     return hits
                 wanted = min(stop, shared) - first
+                hold = chunk.lazy
+                if hold is not None and hold.lo < first + wanted:
+                    # Another request's blocks held by it alone: their counts become stored,
+                    # so the admission, `is_evictable` and frees see them.
+                    self._materialize(hold, first + min(wanted, len(chunk)))
                 if len(chunk) < wanted:   # the cached head ends inside this prefix id's blocks
                     hits += chunk
                     return hits
@@ -166,6 +191,17 @@ class KvCache:
 
     def lookup_host(self, request: Request, gpu_hits: int) -> int:
         return 0
+
+    def _materialize(self, hold: _Hold, upto: int) -> None:
+        """Store the counts of a hold's blocks before `upto` (a block index of its request):
+        from then on they are counted like any other."""
+        if hold.request.kv_hold is not hold:
+            return   # its request freed them: they are free, count 0, as stored
+        if upto > hold.lo:
+            ref_cnt = self.ref_cnt
+            for b in hold.request.blocks[hold.lo:upto]:
+                ref_cnt[b] = 1
+            hold.lo = upto
 
     def cached_prefix_blocks(self, keys) -> int:
         """How many leading blocks of a prompt (its shareable keys) this cache holds: a router's view."""
@@ -231,6 +267,8 @@ class KvCache:
             # Hits past the shareable prefix are the request's own blocks, kept from before
             # a preemption: they still have their keys.
             request.live_private = max(0, len(hits) - request.keys.shared_blocks)
+            # The shared blocks it caches from here on are its alone until a lookup hits them.
+            request.kv_hold = _Hold(request, min(len(hits), request.keys.shared_blocks))
         self.take(ceil_div(slots, block_size) - len(hits), request.blocks)
         if cache:  # False while a KV transfer has yet to fill the blocks (vLLM's delay_cache_blocks)
             self.cache_full_blocks(request, min(hit_tokens + num_new_tokens, request.num_tokens))
@@ -463,9 +501,12 @@ class KvCache:
         shared_end = min(full, keys.shared_blocks)
         if start < shared_end:
             blocks = request.blocks
-            ref_cnt = self.ref_cnt
-            for b in blocks[start:shared_end]:
-                ref_cnt[b] = 1
+            hold = request.kv_hold
+            if hold is None:   # admitted without a hold: count every block (none is implicit)
+                ref_cnt = self.ref_cnt
+                for b in blocks[start:shared_end]:
+                    ref_cnt[b] = 1
+            # Otherwise the new blocks join the hold's implicit ones (blocks hold.lo .. start).
             chunks = self.chunks
             spans = keys.chunk_spans()
             # Chunked prefill keys a long prompt a piece at a time: start at the piece's span.
@@ -483,6 +524,7 @@ class KvCache:
                     assert low == first, "a chain's later key is cached without its head"
                     chunk = chunks[node] = _Chunk(blocks[low:high])
                     chunk.first_end = first_end
+                    chunk.lazy = hold
                     continue
                 cached = first + len(chunk)
                 assert cached >= low, "a chain's later key is cached without its head"
@@ -491,7 +533,17 @@ class KvCache:
                     copied = min(cached, high)
                     for key, block in zip(keys.shared_keys(low, copied), blocks[low:copied]):
                         extra.setdefault(key, []).append(block)
+                    if hold is not None:
+                        # Copies are not in the chunk, where a lookup looks for implicit counts:
+                        # count them, and every implicit block before them, so the hold's stay a tail.
+                        self._materialize(hold, copied)
                 if high > cached:
+                    other = chunk.lazy
+                    if other is not None and other is not hold:
+                        # The chunk's tail is about to be this request's: the last extender's
+                        # implicit blocks in it get counted first (a lookup would not find them).
+                        self._materialize(other, cached)
+                    chunk.lazy = hold
                     chunk += blocks[max(low, cached):high]
             self.epoch += 1
         request.num_cached_blocks = full
@@ -504,6 +556,8 @@ class KvCache:
         self.epoch += 1
         blocks = request.blocks
         request.blocks = []
+        hold = request.kv_hold
+        request.kv_hold = None   # its implicit counts end here (see _Hold)
         cached = keyed_before = request.num_cached_blocks
         if keep_blocks is not None and keep_blocks < cached:
             cached = max(keep_blocks, min(request.keys.shared_blocks, len(blocks)) if self.enable_caching else 0)
@@ -513,6 +567,7 @@ class KvCache:
                 key_of = request.keys.key
                 for j in range(cached, live_end):
                     self._uncache(key_of(j), blocks[j])
+                    self.ref_cnt[blocks[j]] = 0   # a free block's count is 0 (see _Hold)
                 request.live_private = max(0, min(request.live_private, cached - request.keys.shared_blocks))
         request.num_cached_blocks = 0
         live_private = request.live_private
@@ -530,19 +585,24 @@ class KvCache:
         freed: list[int] = []
         keys: list[int] = []
         if keyed_shared:
-            held = blocks[:keyed_shared]
-            counts = itemgetter(*held)(ref_cnt) if keyed_shared > 1 else (ref_cnt[held[0]],)
-            alone = counts.index(1) if 1 in counts else keyed_shared   # the first block it alone holds
-            if counts.count(1) == keyed_shared - alone:
+            # Blocks `counted` on have their counts implicit (1, stored 0): they go free as they are.
+            counted = keyed_shared if hold is None or hold.lo > keyed_shared else hold.lo
+            held = blocks[:counted]
+            if counted > 1:
+                counts = itemgetter(*held)(ref_cnt)
+            else:
+                counts = (ref_cnt[held[0]],) if counted else ()
+            alone = counts.index(1) if 1 in counts else counted   # the first block it alone holds
+            if counts.count(1) == counted - alone:
                 # The usual case: others hold a head of its blocks (hits shared with them), and
                 # the tail is its alone. The tail goes free, with a copy of its keys (a run trims
                 # them as its blocks are evicted; the request keeps its own list).
                 for b in held[:alone]:
                     ref_cnt[b] -= 1
                 if alone < keyed_shared:
-                    freed = held[alone:]
-                    for b in freed:
+                    for b in held[alone:]:
                         ref_cnt[b] = 0
+                    freed = blocks[alone:keyed_shared]
                     keys = request.keys.shared_keys(alone, keyed_shared)
                     if alone == 0:   # shared_keys hands out the request's own list for the whole range
                         keys = list(keys)
@@ -552,12 +612,15 @@ class KvCache:
                     ref_cnt[b] = count
                     if not count:
                         freed.append(b)
-                keys = [key for b, key in zip(held, request.keys.shared_keys(0, keyed_shared)) if not ref_cnt[b]]
+                keys = [key for b, key in zip(held, request.keys.shared_keys(0, counted)) if not ref_cnt[b]]
+                freed += blocks[counted:keyed_shared]
+                keys += request.keys.shared_keys(counted, keyed_shared)
         if cached > shared:
             key_of = request.keys.key
             if finished:
                 for j in range(shared, shared + live_private):  # its keys die with it
                     self._uncache(key_of(j), blocks[j])
+                    ref_cnt[blocks[j]] = 0   # hits on them counted them: a free block's count is 0 (see _Hold)
                 # The request's list becomes the dead run (deeper than the shared blocks: queued
                 # before them), cut in place rather than copied: its private blocks cost no
                 # Python step and no reference count each.
