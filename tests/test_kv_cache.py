@@ -425,3 +425,34 @@ def test_counts_left_implicit_are_stored_when_another_request_hits_them(cache):
     assert kv.cached_prefix_blocks(request(3).keys) == 4
     if fast:
         assert not any(kv.ref_cnt)
+
+
+@pytest.mark.parametrize("cache", [KvCache, ReferenceKvCache])
+def test_a_freed_run_of_shared_blocks_is_evicted_by_position(cache):
+    """A finished request's shared blocks enter the free queue as one run with no key list
+    (the fast cache's `_FreedRun.chain`): evicting its tail finds each prefix id's chunk from
+    the blocks' positions. Block size 4, trace blocks of 16 tokens, 15 usable blocks."""
+    kv = cache(num_gpu_blocks=16, block_size=4, enable_caching=True, max_model_len=64)
+    interner = PrefixInterner()
+
+    def request(request_id, prompt_len, hash_ids):
+        return Request(request_id, 0, 0, prompt_len, 4, 4, BlockKeys(request_id, prompt_len, hash_ids, 4, 16, interner))
+
+    def admit(r):
+        hits = kv.lookup(r)
+        assert kv.admit(r, hits, r.num_tokens - 4 * len(hits), has_running=False)
+        r.num_computed = r.num_tokens
+        return len(hits)
+
+    a = request(0, 32, (0, 1))                      # 8 shared blocks: two chunks of four
+    assert admit(a) == 0
+    kv.free(a)
+    if isinstance(kv, KvCache):
+        (run,) = kv.lru
+        assert run.keys is None and run.chain is a.keys and run.base == 0
+    assert kv.cached_prefix_blocks(a.keys) == 8
+    assert admit(request(1, 4 * 9, None)) == 0      # 7 never used, then a's two deepest blocks
+    assert kv.cached_prefix_blocks(a.keys) == 6
+    assert admit(request(2, 4 * 3, None)) == 0      # the rest of the second chunk, one of the first
+    assert kv.cached_prefix_blocks(a.keys) == 3
+    assert len(kv.lookup(request(3, 32, (0, 1)))) == 3

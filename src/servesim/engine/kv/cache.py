@@ -62,14 +62,24 @@ class _FreedRun(list):
     """Keyed blocks released by one free, in block order: the queue evicts from the end
     (a request's tail first, as vLLM appends a request's blocks tail first). `keys` holds
     their cache keys, position for position: a block's key is known from the request that
-    frees it, so blocks need no key of their own."""
+    frees it, so blocks need no key of their own. Or, when the run is the request's shared
+    blocks `base` .. (keys None), `chain` is the request's `BlockKeys`: the keys are never
+    built, since an eviction finds each prefix id's chunk from the block's position."""
 
-    __slots__ = ("serial", "keys")
+    __slots__ = ("serial", "keys", "chain", "base")
 
-    def __init__(self, blocks, keys: list[int], serial: int) -> None:
+    def __init__(self, blocks, keys: list[int] | None, serial: int, chain=None, base: int = 0) -> None:
         super().__init__(blocks)
         self.keys = keys
         self.serial = serial
+        self.chain = chain
+        self.base = base
+
+    def keys_of(self, start: int, stop: int) -> list[int]:
+        """The keys of the run's blocks start .. stop-1 (not to be changed in place)."""
+        if self.keys is not None:
+            return self.keys[start:stop]
+        return self.chain.shared_keys(self.base + start, self.base + stop)
 
 
 class _Chunk(list):
@@ -368,11 +378,17 @@ class KvCache:
                 while remaining and entry:
                     count = min(remaining, len(entry))
                     part = entry[-count:]
-                    part_keys = keys[-count:]
                     del entry[-count:]
-                    del keys[-count:]
+                    if keys is None:   # keyed by position: the part is blocks lo .. of the chain
+                        part_keys = None
+                        lo = entry.base + len(entry)
+                    else:
+                        part_keys = keys[-count:]
+                        del keys[-count:]
                     # isdisjoint stops at the first shared block and builds nothing: the usual case.
                     if left_queue and not left_queue.keys().isdisjoint(part):
+                        if part_keys is None:
+                            part_keys = entry.chain.shared_keys(lo, lo + count)
                         marked = left_queue.keys() & part
                         # This is the oldest run, so a block still free here has no other copy
                         # queued: its mark has served and goes. Copies further in wait until taken.
@@ -385,7 +401,9 @@ class KvCache:
                         for b in marked:
                             if b not in stale:
                                 del left_queue[b]
-                    if part:
+                    if part_keys is None:
+                        self._evict_chain(part, entry.chain, lo)
+                    elif part:
                         self._evict(part, part_keys)
                     into.extend(part)
                     self.keyed_free -= len(part)
@@ -414,7 +432,7 @@ class KvCache:
         kept: deque[list[int]] = deque()
         for entry in self.lru:
             if entry.__class__ is _FreedRun:
-                blocks, keys = self._still_free(entry, entry.keys, entry.serial)
+                blocks, keys = self._still_free(entry, entry.keys_of(0, len(entry)), entry.serial)
                 if not blocks:
                     continue
                 entry = _FreedRun(blocks, keys, entry.serial)
@@ -422,6 +440,31 @@ class KvCache:
         self.lru = kept
         self.left_queue = {}
         self.stale = 0
+
+    def _evict_chain(self, blocks: list[int], chain, lo: int) -> None:
+        """`_evict` for blocks lo .. of a request's shared blocks (`chain`, its BlockKeys), found
+        by position: block j is position j - first of its span's chunk (`chunk_spans`)."""
+        if self.extra:   # second copies are found by key
+            self._evict(blocks, chain.shared_keys(lo, lo + len(blocks)))
+            return
+        chunks = self.chunks
+        spans = chain.chunk_spans()
+        index = bisect_right(spans, lo + len(blocks) - 1, key=_SPAN_FIRST) - 1
+        end = len(blocks)
+        while end:
+            node, first, _, _ = spans[index]
+            chunk = chunks[node]
+            last = lo + end - 1 - first
+            count = min(end, last + 1)
+            if last != len(chunk) - 1 or chunk[last + 1 - count:] != blocks[end - count:end]:
+                self._evict(blocks[:end], chain.shared_keys(lo, lo + end))   # key by key
+                return
+            if count == len(chunk):
+                del chunks[node]
+            else:
+                del chunk[last + 1 - count:]
+            end -= count
+            index -= 1
 
     def _evict(self, blocks: list[int], keys: list[int]) -> None:
         """Drop the keys of evicted blocks: a run's deepest, in block order, with their keys."""
@@ -583,7 +626,8 @@ class KvCache:
         lru = self.lru
         ref_cnt = self.ref_cnt
         freed: list[int] = []
-        keys: list[int] = []
+        keys: list[int] | None = []
+        base = -1   # >= 0: freed is the shared blocks from this one on, keyed by position
         if keyed_shared:
             # Blocks `counted` on have their counts implicit (1, stored 0): they go free as they are.
             counted = keyed_shared if hold is None or hold.lo > keyed_shared else hold.lo
@@ -603,9 +647,7 @@ class KvCache:
                     for b in held[alone:]:
                         ref_cnt[b] = 0
                     freed = blocks[alone:keyed_shared]
-                    keys = request.keys.shared_keys(alone, keyed_shared)
-                    if alone == 0:   # shared_keys hands out the request's own list for the whole range
-                        keys = list(keys)
+                    keys, base = None, alone   # no key list: the run finds chunks by position
             else:
                 for b in held:
                     count = ref_cnt[b] - 1
@@ -629,6 +671,8 @@ class KvCache:
                 lru.append(blocks)
                 self.keyed_free += cached - shared
             else:
+                if base >= 0:
+                    keys, base = list(request.keys.shared_keys(base, keyed_shared)), -1
                 keyed_private = blocks[shared:cached]
                 for j in range(shared + live_private, cached):   # the rest get keys now
                     self._insert(key_of(j), blocks[j])
@@ -638,7 +682,8 @@ class KvCache:
                 keys.extend(key_of(j) for j in range(shared, cached))
         if freed:
             self.serial += 1
-            lru.append(_FreedRun(freed, keys, self.serial))
+            lru.append(_FreedRun(freed, keys, self.serial, request.keys, base) if base >= 0
+                       else _FreedRun(freed, keys, self.serial))
             self.keyed_free += len(freed)
         if self.stale > self.keyed_free + 4096:
             self._compact_queue()
