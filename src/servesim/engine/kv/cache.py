@@ -278,7 +278,9 @@ class KvCache:
             # a preemption: they still have their keys.
             request.live_private = max(0, len(hits) - request.keys.shared_blocks)
             # The shared blocks it caches from here on are its alone until a lookup hits them.
-            request.kv_hold = _Hold(request, min(len(hits), request.keys.shared_blocks))
+            shared = request.keys.shared_blocks
+            if shared:   # (a prompt no other request reaches has none: no hold to make)
+                request.kv_hold = _Hold(request, len(hits) if len(hits) < shared else shared)
         self.take(ceil_div(slots, block_size) - len(hits), request.blocks)
         if cache:  # False while a KV transfer has yet to fill the blocks (vLLM's delay_cache_blocks)
             self.cache_full_blocks(request, min(hit_tokens + num_new_tokens, request.num_tokens))
