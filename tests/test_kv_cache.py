@@ -150,8 +150,35 @@ def _drive(kv, prompts, ops, interner=None):
         # Shareable contents cached (keys > 0): what later hits can find. Private keys differ
         # by design: the fast cache gives them only at a preemption.
         seen.append(("free blocks", kv.num_free, _shared_cached_keys(kv)))
+        seen.append(("counts", _held_counts(kv, requests, state)))
     seen.append(("router view", [kv.cached_prefix_blocks(r.keys) for r in requests]))
     return seen
+
+
+def _held_counts(kv, requests, state) -> list[list[int]]:
+    """The reference counts of every running request's keyed shareable blocks. The fast cache
+    leaves those a request holds alone implicit (1, stored 0) from its hold's `lo` on."""
+    counts = []
+    for request, now in zip(requests, state):
+        if now != "running":
+            continue
+        keyed = min(request.num_cached_blocks, request.keys.shared_blocks, len(request.blocks))
+        stored = [kv.ref_cnt[b] for b in request.blocks[:keyed]]
+        if isinstance(kv, KvCache) and request.kv_hold is not None:
+            lo = min(request.kv_hold.lo, keyed)
+            assert not any(stored[lo:]), "an implicit count is stored"
+            stored[lo:] = [1] * (keyed - lo)
+        counts.append(stored)
+    return counts
+
+
+def _free_blocks(kv: KvCache) -> list[int]:
+    """The fast cache's free blocks that have been handed out before (not stale copies)."""
+    free = list(kv.free_plain)
+    for entry in kv.lru:
+        serial = getattr(entry, "serial", None)
+        free += [b for b in entry if serial is None or kv.left_queue.get(b, -1) < serial]
+    return free
 
 
 def _shared_cached_keys(kv) -> list[int]:
@@ -183,6 +210,12 @@ class _HeadCheckingKvCache(KvCache):
         held += [b for copies in self.extra.values() for b in copies]
         assert all(self.chunks.values()) and len(held) == len(set(held))
         _shared_cached_keys(self)
+        # A block that goes free keeps its stored count 0: a later owner's implicit count relies on it.
+        assert not any(self.ref_cnt[b] for b in _free_blocks(self))
+
+    def free(self, *args, **kwargs) -> None:
+        super().free(*args, **kwargs)
+        self._check()
 
     def cache_full_blocks(self, request, num_tokens: int) -> None:
         super().cache_full_blocks(request, num_tokens)
@@ -342,3 +375,84 @@ def test_a_key_three_blocks_hold_passes_to_the_earliest_copy_left(cache):
     kv.take(5 + 2, taken)     # the 5 never used, then a1 and a0
     # A hit on the first block now takes b's copy, the earliest cached of those left.
     assert kv.lookup(request(3, 5)) == [first_blocks[1]]
+
+
+@pytest.mark.parametrize("cache", [KvCache, ReferenceKvCache])
+def test_counts_left_implicit_are_stored_when_another_request_hits_them(cache):
+    """The fast cache leaves the counts of shared blocks a request cached itself implicit
+    (engine/kv/cache.py's `_Hold`) until a lookup hits them, or another request takes over
+    the tail of their prefix id's chunk. Block size 4, trace blocks of 16 tokens: one prefix
+    id's chunk holds four blocks."""
+    kv = cache(num_gpu_blocks=16, block_size=4, enable_caching=True, max_model_len=64)
+    fast = isinstance(kv, KvCache)
+    interner = PrefixInterner()
+
+    def request(request_id, prompt_len=16):
+        return Request(request_id, 0, 0, prompt_len, 4, 4, BlockKeys(request_id, prompt_len, (0,), 4, 16, interner))
+
+    a, b, c = request(0), request(1), request(2)
+    assert kv.admit(a, kv.lookup(a), 4, has_running=False)    # a first chunk: a0, keyed
+    a.num_computed = 4
+    if fast:
+        assert a.kv_hold.lo == 0 and kv.ref_cnt[a.blocks[0]] == 0   # held by a alone: not stored
+    hits = kv.lookup(b)
+    assert hits == a.blocks[:1] and not kv.is_evictable(hits[0])
+    if fast:
+        assert a.kv_hold.lo == 1 and kv.ref_cnt[a.blocks[0]] == 1   # the lookup stored it
+    assert kv.admit(b, hits, 4, has_running=True)              # b1 keyed: b extends the chunk
+    b.num_computed = 8
+    assert kv.num_free == 15 - 2
+    if fast:
+        assert kv.chunks[a.keys.chunk_spans()[0][0]].lazy is b.kv_hold and b.kv_hold.lo == 1
+    assert kv.allocate(a, 8)                                   # a1 (b1's content again), a2
+    a.num_computed = 12
+    if fast:
+        # a's copy a1 is counted; a2 makes the chunk's tail a's, so b's b1 is counted first.
+        assert a.kv_hold.lo == 2 and kv.ref_cnt[a.blocks[1]] == 1
+        assert b.kv_hold.lo == 2 and kv.ref_cnt[b.blocks[1]] == 1
+        assert kv.ref_cnt[a.blocks[2]] == 0
+    hits = kv.lookup(c)                                        # a0, b1 (the first copy), a2
+    assert hits == [a.blocks[0], b.blocks[1], a.blocks[2]]
+    assert not any(kv.is_evictable(block) for block in hits)
+    assert kv.admit(c, hits, 4, has_running=True)
+    c.num_computed = 16
+    assert kv.num_free == 15 - 5                               # a0 a1 a2, b1, c's new c3
+    kv.free(a)      # a0 is held by b and c, a1 by a alone, a2 by c: a1 goes free
+    assert kv.num_free == 15 - 4
+    kv.free(b)
+    kv.free(c)
+    assert kv.num_free == 15
+    assert kv.cached_prefix_blocks(request(3).keys) == 4
+    if fast:
+        assert not any(kv.ref_cnt)
+
+
+@pytest.mark.parametrize("cache", [KvCache, ReferenceKvCache])
+def test_a_freed_run_of_shared_blocks_is_evicted_by_position(cache):
+    """A finished request's shared blocks enter the free queue as one run with no key list
+    (the fast cache's `_FreedRun.chain`): evicting its tail finds each prefix id's chunk from
+    the blocks' positions. Block size 4, trace blocks of 16 tokens, 15 usable blocks."""
+    kv = cache(num_gpu_blocks=16, block_size=4, enable_caching=True, max_model_len=64)
+    interner = PrefixInterner()
+
+    def request(request_id, prompt_len, hash_ids):
+        return Request(request_id, 0, 0, prompt_len, 4, 4, BlockKeys(request_id, prompt_len, hash_ids, 4, 16, interner))
+
+    def admit(r):
+        hits = kv.lookup(r)
+        assert kv.admit(r, hits, r.num_tokens - 4 * len(hits), has_running=False)
+        r.num_computed = r.num_tokens
+        return len(hits)
+
+    a = request(0, 32, (0, 1))                      # 8 shared blocks: two chunks of four
+    assert admit(a) == 0
+    kv.free(a)
+    if isinstance(kv, KvCache):
+        (run,) = kv.lru
+        assert run.keys is None and run.chain is a.keys and run.base == 0
+    assert kv.cached_prefix_blocks(a.keys) == 8
+    assert admit(request(1, 4 * 9, None)) == 0      # 7 never used, then a's two deepest blocks
+    assert kv.cached_prefix_blocks(a.keys) == 6
+    assert admit(request(2, 4 * 3, None)) == 0      # the rest of the second chunk, one of the first
+    assert kv.cached_prefix_blocks(a.keys) == 3
+    assert len(kv.lookup(request(3, 32, (0, 1)))) == 3

@@ -30,6 +30,7 @@ class Request:
         # scheduler state
         "status", "num_computed", "num_output", "placeholders", "in_flight", "stale",
         "is_prefill_chunk", "blocks", "num_cached_blocks", "num_preemptions", "seq", "live_private",
+        "kv_hold",
         # speculative decoding: the drafter has drafts for it; verifications so far
         "drafting", "spec_steps",
         # membership of the fast engine's lockstep decode group (engine/vllm/decode_group.py)
@@ -70,6 +71,7 @@ class Request:
         self.blocks: list[int] = []
         self.num_cached_blocks = 0
         self.live_private = 0    # blocks past the shareable prefix that still have cache keys
+        self.kv_hold = None      # the fast KV cache's note of its lazily counted blocks (engine/kv/cache.py)
         self.num_preemptions = 0
         self.drafting = False    # a pass sampled it since its last preemption: drafts come with its next token
         self.spec_steps = 0

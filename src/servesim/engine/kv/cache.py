@@ -28,6 +28,12 @@ observations:
   32 blocks of 16 tokens for a trace block of 512) are always a head of that run: they
   are kept as one list per prefix id (`_Chunk`). A hit, an insertion and the eviction
   of a run's tail cost a step per prefix id, not a dictionary operation per block.
+- A shared block that its request cached itself is held by that request alone until
+  another request hits it, so its reference count (1) is not stored: it stays 0, and
+  the request's `_Hold` says from which of its blocks on the counts are implicit. A
+  lookup that hits such blocks stores their counts first (`_materialize`); the chunk
+  the owner extended names its hold, so the lookup finds it. So caching and freeing a
+  block nobody else holds costs no Python step, only list work.
 
 So a request costs O(1) plus O(its shareable prompt blocks) in list work, not O(its
 blocks), and O(its prefix ids) in dictionary work.
@@ -56,22 +62,46 @@ class _FreedRun(list):
     """Keyed blocks released by one free, in block order: the queue evicts from the end
     (a request's tail first, as vLLM appends a request's blocks tail first). `keys` holds
     their cache keys, position for position: a block's key is known from the request that
-    frees it, so blocks need no key of their own."""
+    frees it, so blocks need no key of their own. Or, when the run is the request's shared
+    blocks `base` .. (keys None), `chain` is the request's `BlockKeys`: the keys are never
+    built, since an eviction finds each prefix id's chunk from the block's position."""
 
-    __slots__ = ("serial", "keys")
+    __slots__ = ("serial", "keys", "chain", "base")
 
-    def __init__(self, blocks, keys: list[int], serial: int) -> None:
+    def __init__(self, blocks, keys: list[int] | None, serial: int, chain=None, base: int = 0) -> None:
         super().__init__(blocks)
         self.keys = keys
         self.serial = serial
+        self.chain = chain
+        self.base = base
+
+    def keys_of(self, start: int, stop: int) -> list[int]:
+        """The keys of the run's blocks start .. stop-1 (not to be changed in place)."""
+        if self.keys is not None:
+            return self.keys[start:stop]
+        return self.chain.shared_keys(self.base + start, self.base + stop)
 
 
 class _Chunk(list):
     """The cached blocks of one prefix id's shared blocks (`BlockKeys.chunk_spans`), in block
     order: always a head of them, since a chain's keys are cached as a head. `first_end` is
-    the end of the first one, whose key is the prefix id's base plus it."""
+    the end of the first one, whose key is the prefix id's base plus it. `lazy` is the hold
+    of the request that last extended it (None: nobody), whose blocks from `lazy.lo` on may
+    sit in its tail with their counts not stored."""
 
-    __slots__ = ("first_end",)
+    __slots__ = ("first_end", "lazy")
+
+
+class _Hold:
+    """A request's blocks `lo` .. (its keyed shared blocks' end) are held by it alone, and
+    their reference counts (1) are not stored. Only while `request.kv_hold is self`: a free
+    ends it, and a later admission of the request makes a new one."""
+
+    __slots__ = ("request", "lo")
+
+    def __init__(self, request: Request, lo: int) -> None:
+        self.request = request
+        self.lo = lo
 
 
 class KvCache:
@@ -152,6 +182,11 @@ class KvCache:
                 if chunk is None:
                     return hits
                 wanted = min(stop, shared) - first
+                hold = chunk.lazy
+                if hold is not None and hold.lo < first + wanted:
+                    # Another request's blocks held by it alone: their counts become stored,
+                    # so the admission, `is_evictable` and frees see them.
+                    self._materialize(hold, first + min(wanted, len(chunk)))
                 if len(chunk) < wanted:   # the cached head ends inside this prefix id's blocks
                     hits += chunk
                     return hits
@@ -166,6 +201,17 @@ class KvCache:
 
     def lookup_host(self, request: Request, gpu_hits: int) -> int:
         return 0
+
+    def _materialize(self, hold: _Hold, upto: int) -> None:
+        """Store the counts of a hold's blocks before `upto` (a block index of its request):
+        from then on they are counted like any other."""
+        if hold.request.kv_hold is not hold:
+            return   # its request freed them: they are free, count 0, as stored
+        if upto > hold.lo:
+            ref_cnt = self.ref_cnt
+            for b in hold.request.blocks[hold.lo:upto]:
+                ref_cnt[b] = 1
+            hold.lo = upto
 
     def cached_prefix_blocks(self, keys, heard: dict[int, int] | None = None) -> int:
         """How many leading blocks of a prompt (its shareable keys) this cache holds: a router's
@@ -248,6 +294,10 @@ class KvCache:
             # Hits past the shareable prefix are the request's own blocks, kept from before
             # a preemption: they still have their keys.
             request.live_private = max(0, len(hits) - request.keys.shared_blocks)
+            # The shared blocks it caches from here on are its alone until a lookup hits them.
+            shared = request.keys.shared_blocks
+            if shared:   # (a prompt no other request reaches has none: no hold to make)
+                request.kv_hold = _Hold(request, len(hits) if len(hits) < shared else shared)
         self.take(ceil_div(slots, block_size) - len(hits), request.blocks)
         if cache:  # False while a KV transfer has yet to fill the blocks (vLLM's delay_cache_blocks)
             self.cache_full_blocks(request, min(hit_tokens + num_new_tokens, request.num_tokens))
@@ -347,11 +397,17 @@ class KvCache:
                 while remaining and entry:
                     count = min(remaining, len(entry))
                     part = entry[-count:]
-                    part_keys = keys[-count:]
                     del entry[-count:]
-                    del keys[-count:]
+                    if keys is None:   # keyed by position: the part is blocks lo .. of the chain
+                        part_keys = None
+                        lo = entry.base + len(entry)
+                    else:
+                        part_keys = keys[-count:]
+                        del keys[-count:]
                     # isdisjoint stops at the first shared block and builds nothing: the usual case.
                     if left_queue and not left_queue.keys().isdisjoint(part):
+                        if part_keys is None:
+                            part_keys = entry.chain.shared_keys(lo, lo + count)
                         marked = left_queue.keys() & part
                         # This is the oldest run, so a block still free here has no other copy
                         # queued: its mark has served and goes. Copies further in wait until taken.
@@ -364,7 +420,9 @@ class KvCache:
                         for b in marked:
                             if b not in stale:
                                 del left_queue[b]
-                    if part:
+                    if part_keys is None:
+                        self._evict_chain(part, entry.chain, lo)
+                    elif part:
                         self._evict(part, part_keys)
                     into.extend(part)
                     self.keyed_free -= len(part)
@@ -393,7 +451,7 @@ class KvCache:
         kept: deque[list[int]] = deque()
         for entry in self.lru:
             if entry.__class__ is _FreedRun:
-                blocks, keys = self._still_free(entry, entry.keys, entry.serial)
+                blocks, keys = self._still_free(entry, entry.keys_of(0, len(entry)), entry.serial)
                 if not blocks:
                     continue
                 entry = _FreedRun(blocks, keys, entry.serial)
@@ -401,6 +459,31 @@ class KvCache:
         self.lru = kept
         self.left_queue = {}
         self.stale = 0
+
+    def _evict_chain(self, blocks: list[int], chain, lo: int) -> None:
+        """`_evict` for blocks lo .. of a request's shared blocks (`chain`, its BlockKeys), found
+        by position: block j is position j - first of its span's chunk (`chunk_spans`)."""
+        if self.extra:   # second copies are found by key
+            self._evict(blocks, chain.shared_keys(lo, lo + len(blocks)))
+            return
+        chunks = self.chunks
+        spans = chain.chunk_spans()
+        index = bisect_right(spans, lo + len(blocks) - 1, key=_SPAN_FIRST) - 1
+        end = len(blocks)
+        while end:
+            node, first, _, _ = spans[index]
+            chunk = chunks[node]
+            last = lo + end - 1 - first
+            count = min(end, last + 1)
+            if last != len(chunk) - 1 or chunk[last + 1 - count:] != blocks[end - count:end]:
+                self._evict(blocks[:end], chain.shared_keys(lo, lo + end))   # key by key
+                return
+            if count == len(chunk):
+                del chunks[node]
+            else:
+                del chunk[last + 1 - count:]
+            end -= count
+            index -= 1
 
     def _evict(self, blocks: list[int], keys: list[int]) -> None:
         """Drop the keys of evicted blocks: a run's deepest, in block order, with their keys."""
@@ -480,9 +563,12 @@ class KvCache:
         shared_end = min(full, keys.shared_blocks)
         if start < shared_end:
             blocks = request.blocks
-            ref_cnt = self.ref_cnt
-            for b in blocks[start:shared_end]:
-                ref_cnt[b] = 1
+            hold = request.kv_hold
+            if hold is None:   # admitted without a hold: count every block (none is implicit)
+                ref_cnt = self.ref_cnt
+                for b in blocks[start:shared_end]:
+                    ref_cnt[b] = 1
+            # Otherwise the new blocks join the hold's implicit ones (blocks hold.lo .. start).
             chunks = self.chunks
             spans = keys.chunk_spans()
             # Chunked prefill keys a long prompt a piece at a time: start at the piece's span.
@@ -500,6 +586,7 @@ class KvCache:
                     assert low == first, "a chain's later key is cached without its head"
                     chunk = chunks[node] = _Chunk(blocks[low:high])
                     chunk.first_end = first_end
+                    chunk.lazy = hold
                     continue
                 cached = first + len(chunk)
                 assert cached >= low, "a chain's later key is cached without its head"
@@ -508,7 +595,17 @@ class KvCache:
                     copied = min(cached, high)
                     for key, block in zip(keys.shared_keys(low, copied), blocks[low:copied]):
                         extra.setdefault(key, []).append(block)
+                    if hold is not None:
+                        # Copies are not in the chunk, where a lookup looks for implicit counts:
+                        # count them, and every implicit block before them, so the hold's stay a tail.
+                        self._materialize(hold, copied)
                 if high > cached:
+                    other = chunk.lazy
+                    if other is not None and other is not hold:
+                        # The chunk's tail is about to be this request's: the last extender's
+                        # implicit blocks in it get counted first (a lookup would not find them).
+                        self._materialize(other, cached)
+                    chunk.lazy = hold
                     chunk += blocks[max(low, cached):high]
             self.epoch += 1
         request.num_cached_blocks = full
@@ -521,6 +618,8 @@ class KvCache:
         self.epoch += 1
         blocks = request.blocks
         request.blocks = []
+        hold = request.kv_hold
+        request.kv_hold = None   # its implicit counts end here (see _Hold)
         cached = keyed_before = request.num_cached_blocks
         if keep_blocks is not None and keep_blocks < cached:
             cached = max(keep_blocks, min(request.keys.shared_blocks, len(blocks)) if self.enable_caching else 0)
@@ -530,6 +629,7 @@ class KvCache:
                 key_of = request.keys.key
                 for j in range(cached, live_end):
                     self._uncache(key_of(j), blocks[j])
+                    self.ref_cnt[blocks[j]] = 0   # a free block's count is 0 (see _Hold)
                 request.live_private = max(0, min(request.live_private, cached - request.keys.shared_blocks))
         request.num_cached_blocks = 0
         live_private = request.live_private
@@ -545,36 +645,43 @@ class KvCache:
         lru = self.lru
         ref_cnt = self.ref_cnt
         freed: list[int] = []
-        keys: list[int] = []
+        keys: list[int] | None = []
+        base = -1   # >= 0: freed is the shared blocks from this one on, keyed by position
         if keyed_shared:
-            held = blocks[:keyed_shared]
-            counts = itemgetter(*held)(ref_cnt) if keyed_shared > 1 else (ref_cnt[held[0]],)
-            alone = counts.index(1) if 1 in counts else keyed_shared   # the first block it alone holds
-            if counts.count(1) == keyed_shared - alone:
+            # Blocks `counted` on have their counts implicit (1, stored 0): they go free as they are.
+            counted = keyed_shared if hold is None or hold.lo > keyed_shared else hold.lo
+            held = blocks[:counted]
+            if counted > 1:
+                counts = itemgetter(*held)(ref_cnt)
+            else:
+                counts = (ref_cnt[held[0]],) if counted else ()
+            alone = counts.index(1) if 1 in counts else counted   # the first block it alone holds
+            if counts.count(1) == counted - alone:
                 # The usual case: others hold a head of its blocks (hits shared with them), and
                 # the tail is its alone. The tail goes free, with a copy of its keys (a run trims
                 # them as its blocks are evicted; the request keeps its own list).
                 for b in held[:alone]:
                     ref_cnt[b] -= 1
                 if alone < keyed_shared:
-                    freed = held[alone:]
-                    for b in freed:
+                    for b in held[alone:]:
                         ref_cnt[b] = 0
-                    keys = request.keys.shared_keys(alone, keyed_shared)
-                    if alone == 0:   # shared_keys hands out the request's own list for the whole range
-                        keys = list(keys)
+                    freed = blocks[alone:keyed_shared]
+                    keys, base = None, alone   # no key list: the run finds chunks by position
             else:
                 for b in held:
                     count = ref_cnt[b] - 1
                     ref_cnt[b] = count
                     if not count:
                         freed.append(b)
-                keys = [key for b, key in zip(held, request.keys.shared_keys(0, keyed_shared)) if not ref_cnt[b]]
+                keys = [key for b, key in zip(held, request.keys.shared_keys(0, counted)) if not ref_cnt[b]]
+                freed += blocks[counted:keyed_shared]
+                keys += request.keys.shared_keys(counted, keyed_shared)
         if cached > shared:
             key_of = request.keys.key
             if finished:
                 for j in range(shared, shared + live_private):  # its keys die with it
                     self._uncache(key_of(j), blocks[j])
+                    ref_cnt[blocks[j]] = 0   # hits on them counted them: a free block's count is 0 (see _Hold)
                 # The request's list becomes the dead run (deeper than the shared blocks: queued
                 # before them), cut in place rather than copied: its private blocks cost no
                 # Python step and no reference count each.
@@ -583,6 +690,8 @@ class KvCache:
                 lru.append(blocks)
                 self.keyed_free += cached - shared
             else:
+                if base >= 0:
+                    keys, base = list(request.keys.shared_keys(base, keyed_shared)), -1
                 keyed_private = blocks[shared:cached]
                 for j in range(shared + live_private, cached):   # the rest get keys now
                     self._insert(key_of(j), blocks[j])
@@ -592,7 +701,8 @@ class KvCache:
                 keys.extend(key_of(j) for j in range(shared, cached))
         if freed:
             self.serial += 1
-            lru.append(_FreedRun(freed, keys, self.serial))
+            lru.append(_FreedRun(freed, keys, self.serial, request.keys, base) if base >= 0
+                       else _FreedRun(freed, keys, self.serial))
             self.keyed_free += len(freed)
         if self.stale > self.keyed_free + 4096:
             self._compact_queue()
