@@ -245,7 +245,6 @@ class DecodeRuns:
         `durations`, or `uniform_ns` when `durations` is None."""
         kv = self.kv
         size = kv.block_size
-        max_len = self.max_model_len
         extra = steps - 1
         overlap = self.async_scheduling
         caching = kv.enable_caching

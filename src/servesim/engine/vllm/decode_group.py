@@ -50,6 +50,9 @@ class DecodeGroup:
         self.seq_heap: list[tuple[int, Request]] = []  # (-seq, member), active ones, lazily cleaned
         self.final_heap: list[int] = []   # members' final steps, lazily cleaned
         self.latest_final = 0       # the last active member's final step (0: none yet)
+        # (-final step, seq) of members, lazily cleaned: the latest final again after a
+        # preemption takes the member holding it, without a pass over every member.
+        self.latest_heap: list[tuple[int, int]] = []
         self.private_blocks: list[int] = []
 
     # ------------------------------------------------------------------ membership
@@ -81,6 +84,11 @@ class DecodeGroup:
             self.seq_heap = heap = [entry for entry in heap if members.get(-entry[0]) is entry[1]]
             heapq.heapify(heap)
         heapq.heappush(self.final_heap, final)
+        latest = self.latest_heap
+        heapq.heappush(latest, (-final, request.seq))
+        if len(latest) > 2 * len(self.members) + 64:
+            self.latest_heap = latest = [entry for entry in latest if self._holds_final(entry)]
+            heapq.heapify(latest)
         if final > self.latest_final:
             self.latest_final = final
 
@@ -178,7 +186,15 @@ class DecodeGroup:
                 members.remove(member)
         del self.members[member.seq]
         if final == self.latest_final:
-            self.latest_final = max((m.group_final for m in self.members.values()), default=0)
+            latest = self.latest_heap
+            while latest and not self._holds_final(latest[0]):
+                heapq.heappop(latest)
+            self.latest_final = -latest[0][0] if latest else 0
+
+    def _holds_final(self, entry: tuple[int, int]) -> bool:
+        """Is a `latest_heap` entry a current member's final step?"""
+        member = self.members.get(entry[1])
+        return member is not None and member.group_final == -entry[0]
 
     def settle(self, member: Request, through_scheduled: int, through_done: int) -> int:
         """Write a member's implicit progress into its own counters; returns group tokens still in flight."""
