@@ -106,6 +106,9 @@ def test_trace_option_replaces_the_workload(tmp_path, small):
     (["--set", "engine.workers.aggregated.scheduler.block_size=0"], "block_size: input should be greater than 0"),
     (["--set", "engine.nope=3"], "unknown key engine.nope"),
     (["--set", "novalue"], "expected dotted.key=VALUE"),
+    # An empty key or key segment is named as the --set's, not as simulate()'s API argument.
+    (["--set", "=3"], "--set '=3': the key must be a dotted path like engine.timing.kind"),
+    (["--set", "engine..backend=vllm"], "--set 'engine..backend=vllm': the key must be a dotted path"),
     (["--set", "engine.workers.aggregated.scheduler.max_model_len=100000"], "tokens short"),
     # The file's vLLM keys are carried over to SGLang (tests/test_overrides.py); one the --set gives is not.
     (["--set", "engine.backend=sglang", "--set", "engine.workers.aggregated.scheduler.num_gpu_blocks=100"],

@@ -47,7 +47,10 @@ def parse_override(text: str) -> tuple[str, Any]:
     if "=" not in text:
         raise ServesimError(f"--set {text!r}: expected dotted.key=VALUE")
     key, raw = text.split("=", 1)
-    return key.strip(), load_yaml(raw, f"--set {key.strip()}")
+    key = key.strip()
+    if not all(key.split(".")):   # named here, before simulate() sees it as an API argument
+        raise ServesimError(f"--set {text!r}: the key must be a dotted path like engine.timing.kind")
+    return key, load_yaml(raw, f"--set {key}")
 
 
 class LoadedConfig:
