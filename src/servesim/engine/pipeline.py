@@ -29,7 +29,7 @@ from collections import deque
 from servesim.engine.passes import PassResult, SchedulerOutput
 from servesim.engine.scheduler_core import SchedulerCore
 from servesim.engine.worker import Worker
-from servesim.timing.base import PassShape, TimingModel
+from servesim.timing.base import TimingModel
 
 # One NCCL point-to-point send's fixed cost between stages (launch and handshake).
 SEND_LATENCY_NS = 10_000
@@ -124,7 +124,7 @@ class PipelineWorker(Worker):
 
     def _start(self, decided: SchedulerOutput, now: int) -> int:
         stages, free = self.stages, self.stage_free
-        stage = stages.stage_ns(self.fixed_ns or self.timing.duration_ns(PassShape.of(decided)))
+        stage = stages.stage_ns(self._pass_ns(decided))
         start = max(now, free[0])
         end = free[0] = start + stage + decided.load_ns   # host-tier loads land before stage 1
         for boundary in range(1, stages.pp):

@@ -333,13 +333,18 @@ class Worker:
         """A pass log or per-request token times are asked for: results must name every request."""
         self.scheduler.keep_pass_details()
 
+    def _pass_ns(self, decided: SchedulerOutput) -> int:
+        """The pass's duration from the timing model; fixed timing builds no pass shape."""
+        fixed = self.fixed_ns
+        return fixed if fixed is not None else self.timing.duration_ns(PassShape.of(decided))
+
     def _start(self, decided: SchedulerOutput, now: int) -> int:
         """Start `decided` at `now` (perhaps as a run); returns when the engine next calls
         the scheduler: now, or for a run committing its follow-up late, its second-to-last
         pass end."""
         result = PassResult(decided, self.num_passes, now)
         # A pass that admits host-tier prefix hits waits for their copy back to the GPU.
-        duration = (self.fixed_ns or self.timing.duration_ns(PassShape.of(decided))) + decided.load_ns
+        duration = self._pass_ns(decided) + decided.load_ns
         steps = 1
         if self.fast_forward and not self.intake and not self.aborts and self.scheduler.may_run(decided):
             duration = self._fast_forward(decided, now, duration) or duration

@@ -338,7 +338,7 @@ class KvCache:
     def allocate_needs(self, requests: list[Request], tokens: list[int], needs: list[int], total: int) -> None:
         """`allocate_each` once its blocks are counted: `needs[i]` new blocks for requests[i]
         (<= 0: none), `total` the positive ones' sum, which fits. A caller that has counted them
-        already (SGLang's fast decode pass) skips the second count."""
+        already (TensorRT-LLM's fast generation pass and decode group) skips the second count."""
         pool: list[int] = []
         self.take(total, pool)
         pos = 0
@@ -701,8 +701,7 @@ class KvCache:
                 keys.extend(key_of(j) for j in range(shared, cached))
         if freed:
             self.serial += 1
-            lru.append(_FreedRun(freed, keys, self.serial, request.keys, base) if base >= 0
-                       else _FreedRun(freed, keys, self.serial))
+            lru.append(_FreedRun(freed, keys, self.serial, request.keys, base))   # (base read only without keys)
             self.keyed_free += len(freed)
         if self.stale > self.keyed_free + 4096:
             self._compact_queue()

@@ -128,24 +128,19 @@ class ReferenceKvCache:
             announced += stop - first
         return min(count, announced)
 
-    def cached_span_blocks(self, keys, span: tuple[int, int, int, int]) -> int:
-        """How many of one prefix id's shared blocks of a prompt (a `chunk_spans` entry) this
-        cache holds, from the span's first."""
-        cache = self.cache
-        count = 0
-        for key in keys.shared_keys(span[1], span[2]):
-            if key not in cache:
-                break
-            count += 1
-        return count
-
     def span_heads(self, keys, into: dict[int, int], keyed: int | None = None) -> None:
         """Per prefix id of the prompt (with `keyed`, those whose blocks start below it), how
         many of its blocks this cache holds from the span's first: a router's index entries."""
-        for span in keys.chunk_spans():
-            if keyed is not None and span[1] >= keyed:
+        cache = self.cache
+        for node, first, stop, _ in keys.chunk_spans():
+            if keyed is not None and first >= keyed:
                 return
-            into[span[0]] = self.cached_span_blocks(keys, span)
+            count = 0
+            for key in keys.shared_keys(first, stop):
+                if key not in cache:
+                    break
+                count += 1
+            into[node] = count
 
     # ------------------------------------------------------------------ allocation
 
