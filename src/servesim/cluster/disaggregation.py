@@ -103,7 +103,10 @@ class Disaggregation:
         router.sent(index, tokens, request)
         request.route = (router, index, tokens)
         self.holding[prefill_worker.name] = self.holding.get(prefill_worker.name, 0) + 1
-        self.pending.setdefault(decode_worker.name, deque()).append((request, prefill, prefill_worker))
+        queue = self.pending.get(decode_worker.name)
+        if queue is None:
+            queue = self.pending[decode_worker.name] = deque()
+        queue.append((request, prefill, prefill_worker))
         self.reserve(decode_worker, now)
 
     # ------------------------------------------------------------------ decode side
@@ -137,20 +140,35 @@ class Disaggregation:
     def next_transfer_done(self) -> int | None:
         return self._transfers_due[0] if self._transfers_due else None
 
-    def horizon_times(self, worker: Worker, now: int) -> list[int | None]:
-        """When the P/D handoff can next reach `worker` (Simulation.horizon takes the earliest)."""
+    def horizon(self, worker: Worker, now: int, bound: int | None) -> int | None:
+        """`bound` (None: none yet), lowered to when the P/D handoff can next reach `worker`
+        (Simulation.horizon). One pass, no lists: it is asked at every run a worker tries."""
         # A finished transfer frees a prefill worker's blocks and queues work on a decode
         # worker; a prefill pass end can reserve a decode worker's blocks for a handoff.
-        times = [self.next_transfer_done()]
-        if worker.role == "decode":
-            # A prefill worker hands over only at the end of a pass that samples.
-            times.extend(w.next_output_bound(now) for w in self.prefill_workers)
-            # A decode pass end with handoffs queued for it starts their transfers; each
-            # frees a prefill worker's blocks, whose next prefill may come to this worker.
-            pending = self.pending
-            times.extend(w.executing.end_ns for w in self.decode_workers
-                         if w is not worker and w.executing is not None and pending.get(w.name))
-        return times
+        due = self._transfers_due
+        if due and (bound is None or due[0] < bound):
+            bound = due[0]
+        if worker.role != "decode":
+            return bound
+        # A prefill worker hands over only at the end of a pass that samples. Its bound is
+        # never before the end of the pass it runs, so a pass ending at or past `bound` can
+        # be passed over without looking at what it samples.
+        for prefill in self.prefill_workers:
+            executing = prefill.executing
+            if executing is not None and bound is not None and executing.end_ns >= bound:
+                continue
+            t = prefill.next_output_bound(now)
+            if t is not None and (bound is None or t < bound):
+                bound = t
+        # A decode pass end with handoffs queued for it starts their transfers; each
+        # frees a prefill worker's blocks, whose next prefill may come to this worker.
+        pending = self.pending
+        for other in self.decode_workers:
+            executing = other.executing
+            if (executing is not None and other is not worker and (bound is None or executing.end_ns < bound)
+                    and pending.get(other.name)):
+                bound = executing.end_ns
+        return bound
 
     def _on_transfer_done(self, now: int, job) -> None:
         heapq.heappop(self._transfers_due)

@@ -143,13 +143,15 @@ class Simulation:
             if self._until is not None and (upcoming is None or self._until < upcoming):
                 return self._until
             return upcoming
-        times = [self._feed_time, worker.next_engine_arrival(), self._until, self._next_sync]
-        if self._inputs_due:
-            times.append(self._inputs_due[0])
+        # The earliest of these, None ones left out; asked at every run a worker tries.
+        bound = self._feed_time
+        for t in (worker.next_engine_arrival(), self._until, self._next_sync,
+                  self._inputs_due[0] if self._inputs_due else None):
+            if t is not None and (bound is None or t < bound):
+                bound = t
         if self.disaggregation is not None:
-            times.extend(self.disaggregation.horizon_times(worker, self.now))
-        times = [t for t in times if t is not None]
-        return min(times) if times else None
+            return self.disaggregation.horizon(worker, self.now, bound)
+        return bound
 
     def push_pass_end(self, t: int, worker: Worker, done: PassResult) -> None:
         self.push(t, PASS_END, worker.on_pass_end, done)

@@ -99,8 +99,9 @@ class Worker:
         shortest = self.min_pass_ns
         executing = self.executing
         if executing is not None:
-            if any(entry.samples for entry in executing.scheduled.entries):
-                return executing.end_ns
+            for entry in executing.scheduled.entries:
+                if entry.samples:
+                    return executing.end_ns
             return executing.end_ns + shortest
         if self.call_pending or self.intake:
             return now + shortest
