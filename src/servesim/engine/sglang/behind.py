@@ -80,29 +80,33 @@ def extend_with_behind(scheduler, decided: SchedulerOutput, steps: int, duration
         request.num_computed = computed = request.num_computed + extra
         request.num_output = output = request.num_output + extra
         placeholders = request.placeholders
-        filled = computed - placeholders
-        if caching:
-            full = filled // size
-            if full > request.num_cached_blocks:
-                if request.num_cached_blocks < request.keys.shared_blocks:
-                    kv.cache_full_blocks(request, filled)
-                else:
-                    request.num_cached_blocks = full
-        # The pass behind: a request whose last token is in flight sits out (`_decoding`).
         prompt_len = request.prompt_len
-        if placeholders > 0 and computed + 2 - placeholders >= prompt_len + request.max_tokens:
-            continue
-        decoders.append(request)
+        # The pass behind: a request whose last token is in flight sits out (`_decoding`).
+        sits_out = placeholders > 0 and computed + 2 - placeholders >= prompt_len + request.max_tokens
         after = computed + 1
         known = prompt_len + output
         if caching:
-            upto = after if after < known else known
-            full = upto // size
-            if full > request.num_cached_blocks:
-                if request.num_cached_blocks < request.keys.shared_blocks:
-                    deferred.append((request, upto))
+            # The run's caching mark, then the pass behind's: past the shareable prefix each only
+            # raises the count (what `cache_full_blocks` does there), so one store does for both.
+            cached = request.num_cached_blocks
+            filled = computed - placeholders
+            if filled // size > cached:
+                if cached < request.keys.shared_blocks:
+                    kv.cache_full_blocks(request, filled)
+                    cached = request.num_cached_blocks
                 else:
-                    request.num_cached_blocks = full
+                    cached = filled // size
+            if not sits_out:
+                upto = after if after < known else known
+                if upto // size > cached:
+                    if cached < request.keys.shared_blocks:
+                        deferred.append((request, upto))
+                    else:
+                        cached = upto // size
+            request.num_cached_blocks = cached
+        if sits_out:
+            continue
+        decoders.append(request)
         behind_entry = PassEntry(request, 1, computed, "running")
         known += placeholders
         request.num_computed = after
