@@ -19,7 +19,6 @@ class FastSglangScheduler(DecodeRuns, SglangScheduler):
 
     _committed: SchedulerOutput | None = None   # a decode pass whose entries are already committed
     _behind: SchedulerOutput | None = None      # the pass behind a run, committed with it (behind.py)
-    behind_at_run_start = False   # set by the worker: its call behind a run comes as the run starts
     # Does the next call's prefill try fail and mark the batch full (engine/sglang/retract_runs.py)?
     # Settled once per run asked for (None: not yet), the mark set as the run is made.
     _full_after_run: bool | None = None
