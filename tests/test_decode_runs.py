@@ -11,6 +11,7 @@ import pytest
 
 import servesim
 from servesim.engine.decode_runs import DecodeRuns
+from servesim.engine.sglang import fast as sglang_fast
 from servesim.metrics.collector import Collector
 
 from tests.support.runs import write_trace
@@ -53,8 +54,14 @@ def spans(monkeypatch):
         recorded["runs"] += 1
         extend(self, *args, **kwargs)
 
+    def counting_with_behind(*args):   # SGLang's runs with the pass behind them (engine/sglang/behind.py)
+        recorded["runs"] += 1
+        with_behind(*args)
+
+    with_behind = sglang_fast.extend_with_behind
     monkeypatch.setattr(Collector, "on_pass", recording_on_pass)
     monkeypatch.setattr(DecodeRuns, "extend", counting_extend)
+    monkeypatch.setattr(sglang_fast, "extend_with_behind", counting_with_behind)
     return recorded
 
 

@@ -156,7 +156,10 @@ class DecodeRuns:
             request = entry.request
             if not entry.is_decode or entry.tokens != 1 or entry.drafts or request.stale:
                 return 0
-            remaining = min(request.max_tokens, max_len - request.prompt_len) - request.num_output
+            allowed = max_len - request.prompt_len   # min() written out: this runs per request per run
+            if request.max_tokens < allowed:
+                allowed = request.max_tokens
+            remaining = allowed - request.num_output
             if remaining < cap:
                 cap = remaining
             context += entry.computed_before + 1

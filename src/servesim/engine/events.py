@@ -42,6 +42,7 @@ class EventSink(Protocol):
 class FastForward(Protocol):
     fast_forwards: bool                    # True for a scheduler that implements the rest
     commits_follow_late: bool              # async: a run's follow-up pass may be committed late
+    behind_at_run_start: bool              # the worker's: its call behind a run comes as the run starts
 
     def may_run(self, decided: SchedulerOutput) -> bool:
         """Could `decided` start a run? `quiet_steps` says how long."""

@@ -26,6 +26,8 @@ class SchedulerCore:
     # Async scheduling: a run's follow-up pass may be committed at the run's second-to-last
     # pass end, as the engine commits it, rather than when the run starts (engine/worker.py).
     commits_follow_late = False
+    # Set by the worker: its call behind a run comes as the run starts (engine/sglang/behind.py).
+    behind_at_run_start = False
     # Lets one committed pass stand for a run of identical passes (engine/events.py's FastForward).
     fast_forwards = False
     names_requests = False    # outputs name every request of every pass (keep_pass_details)

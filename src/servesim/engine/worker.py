@@ -76,6 +76,9 @@ class Worker:
         # async scheduling off (docs/modeling/disaggregation.md): under async scheduling it
         # commits each follow-up pass at the end of the pass before it, not as that one starts.
         self.commit_at_pass_end = commit_at_pass_end
+        # The scheduler call behind a run comes as the run starts (async, committed at once), so a
+        # scheduler may commit that pass with the run (engine/sglang/behind.py).
+        scheduler.behind_at_run_start = async_scheduling and not commit_at_pass_end and not late_follow
 
     def attach(self, events: EventSink) -> None:
         self.events = events

@@ -9,6 +9,7 @@ from __future__ import annotations
 from servesim.engine.decode_runs import DecodeRuns
 from servesim.engine.passes import PassEntry, PassResult, SchedulerOutput
 from servesim.engine.request import Status
+from servesim.engine.sglang.behind import can_extend_with_behind, extend_with_behind
 from servesim.engine.sglang.retract_runs import next_prefill_fails, report_first_pass_apart
 from servesim.engine.sglang.scheduler import CLIP_MAX_NEW_TOKENS, RETRACT_DECODE_STEPS, SglangScheduler
 
@@ -17,6 +18,7 @@ class FastSglangScheduler(DecodeRuns, SglangScheduler):
     """SGLang with runs of identical decode passes fast-forwarded (engine/decode_runs.py)."""
 
     _committed: SchedulerOutput | None = None   # a decode pass whose entries are already committed
+    _behind: SchedulerOutput | None = None      # the pass behind a run, committed with it (behind.py)
     # Does the next call's prefill try fail and mark the batch full (engine/sglang/retract_runs.py)?
     # Settled once per run asked for (None: not yet), the mark set as the run is made.
     _full_after_run: bool | None = None
@@ -43,14 +45,55 @@ class FastSglangScheduler(DecodeRuns, SglangScheduler):
         return self._admission_quiet()
 
     def extend(self, decided: SchedulerOutput, steps: int, durations, uniform_ns: int = 0) -> None:
-        if not (decided.preempted or self._full_after_run):
-            return super().extend(decided, steps, durations, uniform_ns)
+        apart = decided.preempted or self._full_after_run
         # A run from a pass that retracted or whose next call tries a prefill: its first pass is
         # reported apart, at its end the KV in use as the engine has it then (with overlap the
         # next pass's blocks taken too).
-        kv_used = self.kv.num_used + (self._run_pages(decided.entries, 1) if self.async_scheduling else 0)
-        super().extend(decided, steps, durations, uniform_ns)
-        report_first_pass_apart(decided, self._run_start, kv_used)
+        kv_used = (self.kv.num_used + (self._run_pages(decided.entries, 1) if self.async_scheduling else 0)
+                   if apart else 0)
+        if can_extend_with_behind(self, decided, steps):
+            # With overlap the next call decides the pass behind the run at once: made here
+            # (engine/sglang/behind.py), handed over by `schedule`.
+            extend_with_behind(self, decided, steps, durations, uniform_ns)
+        else:
+            super().extend(decided, steps, durations, uniform_ns)
+        if apart:
+            report_first_pass_apart(decided, self._run_start, kv_used)
+
+    def schedule(self) -> SchedulerOutput:
+        behind = self._behind
+        if behind is None:
+            return super().schedule()
+        self._behind = None   # the call behind a run: its pass was committed with the run
+        self._last_decided = behind
+        return behind
+
+    def _no_pass_behind(self) -> None:
+        # Nothing reaches the worker between a run's start and the call behind it; if something
+        # did, the pass committed with the run would be wrong.
+        if self._behind is not None:
+            raise RuntimeError("the scheduler was changed between a run and the pass committed behind it "
+                               "(this is a servesim bug)")
+
+    def add_request(self, request) -> None:
+        self._no_pass_behind()
+        super().add_request(request)
+
+    def add_transferred(self, request) -> None:
+        self._no_pass_behind()
+        super().add_transferred(request)
+
+    def expect_transfer(self, request) -> None:
+        self._no_pass_behind()
+        super().expect_transfer(request)
+
+    def release_held(self, request) -> None:
+        self._no_pass_behind()
+        super().release_held(request)
+
+    def abort(self, request) -> bool:
+        self._no_pass_behind()
+        return super().abort(request)
 
     def _reserved_decode_tokens(self) -> float:
         # The reference's sum written out (no generator, min or max per request): every prefill
@@ -185,6 +228,7 @@ class FastSglangScheduler(DecodeRuns, SglangScheduler):
         the same steps per entry, in the same order, with the lookups out of the loop and the
         block caching past the shareable prefix done as `allocate_needs` does it. This runs once
         per scheduler call over the whole batch."""
+        self._no_pass_behind()
         if self.speculation is not None:
             return super().update_from_output(done)
         before = len(self.running)

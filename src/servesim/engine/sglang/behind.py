@@ -1,0 +1,137 @@
+"""The decode pass committed behind a run, made in the run's own loop (overlap, one-token pages).
+
+With overlap, SGLang's engine decides the pass after a run while the run's last pass is in
+flight: the worker calls the scheduler right after the run starts (engine/worker.py), seeing
+the state `DecodeRuns.extend` leaves (`behind_at_run_start`, set by the worker; a P/D decode
+worker admitting handoffs at its next pass makes that call at the run's end instead). Nothing can reach the worker in between (a run starts
+only with nothing in its intake, no abort pending and no event before its first pass end,
+`Worker._fast_forward`), so that call's outcome is fixed when the run is made:
+
+- no prefill: the run was quiet for admission (`FastSglangScheduler._admission_quiet`), so
+  nothing waits or the batch is marked full (a run whose next call tries and fails to admit
+  sets the mark as it is made, `_advance_run`); no chunk is mid-way, nothing was transferred;
+- a decode pass of every running request but those whose last token the run's last pass
+  produces (they sit out, `_decoding`): each holds exactly its computed tokens' pages after the
+  run (one-token pages, `DecodeRuns._quiet_pages`'s closed form) and stays inside the context
+  limit, so each decoder needs one page, and the run's pages were counted with one more pass
+  for every request (`quiet_steps`' `behind`): nothing is retracted;
+- the ratio decays once; the entries are `FastSglangScheduler._commit_decodes`'.
+
+So `extend_with_behind` does the run's per-request update and that pass's commit in one visit
+per request, and `schedule` hands the pass over. The KV operations keep the engine's order: the
+run's pages are taken, the run's caching marks made request by request, then the pass's pages
+taken and given out in batch order. Its caching marks touch the cache only for a request whose
+shareable prefix is not yet cached (none in decode, as far as the engine's invariants go); any
+such call waits until the pass's pages are given out, as in the engine. Held to the reference by
+tests/test_sglang_behind.py and the differential tests.
+"""
+
+from __future__ import annotations
+
+from servesim.engine.passes import PassEntry, PassRun, SchedulerOutput
+
+
+def can_extend_with_behind(scheduler, decided: SchedulerOutput, steps: int) -> bool:
+    """Is the call behind this run the decode pass described above (settled before any change)?"""
+    deficit = scheduler._run_deficit
+    if (deficit is None or not scheduler.behind_at_run_start or not scheduler.async_scheduling or scheduler.speculation is not None
+            or scheduler.chunked is not None or scheduler.transferred):
+        return False
+    count = len(decided.entries)
+    # Free pages after the run's take must hold a page for every request (no retraction).
+    return scheduler.kv.num_free - (deficit + count * (steps - 1)) >= count
+
+
+def extend_with_behind(scheduler, decided: SchedulerOutput, steps: int, durations, uniform_ns: int) -> None:
+    """`DecodeRuns.extend` on its closed-form (one-token page) path with overlap, fused with the
+    commit of the decode pass behind the run, which it leaves in `scheduler._behind`."""
+    kv = scheduler.kv
+    size = kv.block_size
+    extra = steps - 1
+    caching = kv.enable_caching
+    entries = decided.entries
+    count = len(entries)
+    total = scheduler._run_deficit + count * extra
+    free_blocks = ([decided.free_blocks] + [kv.num_free - scheduler._run_pages(entries, step)
+                                            for step in range(1, steps)]
+                   if scheduler.names_requests else None)
+    pool: list[int] = []
+    kv.take(total, pool)
+    position = 0
+    warm = 0
+    warmup_below = scheduler.warmup_below
+    start = scheduler._run_start
+    late: list[int] = []
+    behind = SchedulerOutput()
+    behind_entries = behind.entries
+    decoders: list = []
+    deferred: list = []   # (request, tokens): caching marks that touch the cache, after the pages
+    for entry in entries:
+        request = entry.request
+        if request.request_id < warmup_below:
+            warm += 1
+        elif request.last_token_ns != start:
+            late.append(request.last_token_ns)
+        # The run: c - b + extra pages, outputs of every pass but the last processed.
+        need = request.num_computed + extra - len(request.blocks)
+        if need > 0:
+            request.blocks.extend(pool[position:position + need])
+            position += need
+        request.num_computed = computed = request.num_computed + extra
+        request.num_output = output = request.num_output + extra
+        placeholders = request.placeholders
+        prompt_len = request.prompt_len
+        # The pass behind: a request whose last token is in flight sits out (`_decoding`).
+        sits_out = placeholders > 0 and computed + 2 - placeholders >= prompt_len + request.max_tokens
+        after = computed + 1
+        known = prompt_len + output
+        if caching:
+            # The run's caching mark, then the pass behind's: past the shareable prefix each only
+            # raises the count (what `cache_full_blocks` does there), so one store does for both.
+            cached = request.num_cached_blocks
+            filled = computed - placeholders
+            if filled // size > cached:
+                if cached < request.keys.shared_blocks:
+                    kv.cache_full_blocks(request, filled)
+                    cached = request.num_cached_blocks
+                else:
+                    cached = filled // size
+            if not sits_out:
+                upto = after if after < known else known
+                if upto // size > cached:
+                    if cached < request.keys.shared_blocks:
+                        deferred.append((request, upto))
+                    else:
+                        cached = upto // size
+            request.num_cached_blocks = cached
+        if sits_out:
+            continue
+        decoders.append(request)
+        behind_entry = PassEntry(request, 1, computed, "running")
+        known += placeholders
+        request.num_computed = after
+        request.in_flight += 1
+        request.is_prefill_chunk = chunk = after < known
+        behind_entry.is_decode = computed >= prompt_len
+        if not chunk:
+            behind_entry.samples = True
+            behind_entry.drafts = drafts = after - known
+            request.placeholders = placeholders + 1 + drafts
+        behind_entries.append(behind_entry)
+    scheduler._advance_run(extra)
+    run = decided.run = PassRun(steps, durations, uniform_ns)
+    run.kv_peak = kv.num_used   # with overlap the run's last pass's pages are committed with it
+    run.free_blocks = free_blocks
+    run.per_pass = count - warm
+    run.late_previous_ns = late
+    decided.num_tokens = count * steps
+    if decoders:
+        scheduler.new_token_ratio = max(scheduler.new_token_ratio - scheduler.decay, scheduler.min_ratio)
+        pages: list[int] = []
+        kv.take(len(decoders), pages)
+        for request, page in zip(decoders, pages):
+            request.blocks.append(page)
+        for request, upto in deferred:
+            kv.cache_full_blocks(request, upto)
+        behind.num_tokens = len(decoders)
+    scheduler._behind = behind

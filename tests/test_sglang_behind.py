@@ -1,0 +1,131 @@
+"""The decode pass behind an SGLang run, committed with the run (engine/sglang/behind.py), against
+the reference scheduler pass log by pass log (row 2s in small, random workloads with overlap),
+against the fast engine without it (whole summaries, KV timeline included), and its guards: a
+worker whose call behind a run comes at the run's end does not use it, and a change to the
+scheduler before the pass is handed over is refused."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import servesim
+from servesim.engine.passes import SchedulerOutput
+from servesim.engine.sglang import behind
+from servesim.engine.sglang.fast import FastSglangScheduler
+from tests.support.equivalence import assert_same
+from tests.support.runs import write_trace
+from tests.test_pass_logs import assert_same_pass_logs
+from tests.test_sglang_retract_runs import _config, _retracting
+
+
+def _count_behind(monkeypatch) -> dict:
+    """Runs made with their pass behind, and passes handed over by `schedule`."""
+    counts = {"made": 0, "handed": 0}
+    made, schedule = behind.extend_with_behind, FastSglangScheduler.schedule
+
+    def counted_made(*args):
+        counts["made"] += 1
+        return made(*args)
+
+    def counted_schedule(self):
+        if self._behind is not None:
+            counts["handed"] += 1
+        return schedule(self)
+
+    monkeypatch.setattr("servesim.engine.sglang.fast.extend_with_behind", counted_made)
+    monkeypatch.setattr(FastSglangScheduler, "schedule", counted_schedule)
+    return counts
+
+
+def _without_behind(config):
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("servesim.engine.sglang.fast.can_extend_with_behind", lambda *args: False)
+        return servesim.simulate(copy.deepcopy(config))
+
+
+def assert_same_as_without_behind(config) -> None:
+    fast = servesim.simulate(copy.deepcopy(config))
+    before = _without_behind(config)
+    assert fast.requests == before.requests
+    drop = ("wall_time_ms",)
+    assert {k: v for k, v in fast.summary.items() if k not in drop} == \
+        {k: v for k, v in before.summary.items() if k not in drop}
+
+
+def _row_2s_small(tmp_path, pool: int, ratio: float = 0.7):
+    """A closed loop of 16 over 48 requests of 32 + 40..80 tokens in `pool` one-token pages, overlap on."""
+    rows = [{"timestamp": 0, "input_length": 32, "output_length": 40 + i * 7 % 41, "hash_ids": [1000 + i]}
+            for i in range(48)]
+    sched = {"page_size": 1, "context_length": 128, "max_total_tokens": pool, "max_running_requests": 64,
+             "chunked_prefill_size": 256, "max_prefill_tokens": 256, "num_reserved_decode_tokens": 0,
+             "init_new_token_ratio": ratio}   # a low ratio admits more than the pool can decode
+    return _config(write_trace(tmp_path / f"t{pool}.jsonl", rows), sched, {"mode": "closed_loop", "concurrency": 16})
+
+
+def test_the_pass_behind_each_run_is_made_with_it(tmp_path, monkeypatch):
+    """Row 2s in small, with and without retractions: every pass behind a run is made with the run
+    and handed over, and the pass logs, records and summaries match the reference's and those of
+    the fast engine that decides that pass at its own call."""
+    for pool in (900, 4000):
+        counts = _count_behind(monkeypatch)
+        config = _row_2s_small(tmp_path, pool, 0.1 if pool == 900 else 0.7)
+        fast = assert_same(config)
+        assert (fast.summary["preemptions"] > 0) == (pool == 900)
+        assert counts["made"] >= 5 and counts["handed"] == counts["made"]
+        assert_same_pass_logs(config, monkeypatch)
+        assert_same_as_without_behind(config)
+        monkeypatch.undo()
+
+
+@settings(max_examples=60, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(_retracting(), st.booleans())
+def test_workloads_with_overlap_match_the_reference_pass_by_pass(tmp_path, monkeypatch, scenario, caching):
+    rows, sched, client = scenario
+    sched = dict(sched, disable_overlap_schedule=False, disable_radix_cache=not caching)
+    config = _config(write_trace(tmp_path / "t.jsonl", rows), sched, client)
+    config["workload"]["warmup_requests"] = 1
+    assert_same_pass_logs(config, monkeypatch)
+    assert_same_as_without_behind(config)
+
+
+def test_random_workloads_make_passes_behind_runs(tmp_path, monkeypatch):
+    """The random workloads above do reach the new path (not only the pinned case)."""
+    counts = _count_behind(monkeypatch)
+
+    @settings(max_examples=15, deadline=None, derandomize=True,
+              suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(_retracting())
+    def run(scenario):
+        rows, sched, client = scenario
+        sched = dict(sched, disable_overlap_schedule=False)
+        assert_same(_config(write_trace(tmp_path / "t.jsonl", rows), sched, client))
+
+    run()
+    assert counts["made"] > 0 and counts["handed"] == counts["made"]
+
+
+def test_a_worker_that_decides_at_the_run_end_makes_no_pass_behind(tmp_path, monkeypatch):
+    """P/D decode workers admitting handoffs at their next pass decide the pass behind a run at its
+    end, when a transfer may have come: the scheduler is told so and makes none."""
+    counts = _count_behind(monkeypatch)
+    config = _row_2s_small(tmp_path, 4000)
+    sched = config["engine"]["workers"]["aggregated"]["scheduler"]
+    config["engine"]["workers"] = {"prefill": {"count": 1, "scheduler": sched},
+                                   "decode": {"count": 1, "scheduler": sched}}
+    config["engine"]["kv_transfer"] = {"latency_ms": 17.0, "bandwidth_gb_s": 1.0}
+    assert_same(config)
+    assert counts["made"] == 0
+
+
+def test_a_change_before_the_pass_behind_is_handed_over_is_refused():
+    scheduler = FastSglangScheduler.__new__(FastSglangScheduler)
+    scheduler._behind = SchedulerOutput()
+    with pytest.raises(RuntimeError, match="servesim bug"):
+        scheduler.add_request(None)
+    with pytest.raises(RuntimeError, match="servesim bug"):
+        scheduler.add_transferred(None)
