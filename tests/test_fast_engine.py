@@ -474,3 +474,27 @@ def test_a_decode_run_stops_for_a_handoff_that_another_workers_transfer_makes_po
     assert [by_id[i].worker for i in (0, 3, 6)] == ["decode-0"] * 3
     assert by_id[1].transfer_end_ns == 2_214_152_000
     assert by_id[6].transfer_start_ns == 2_224_152_000
+
+
+def test_roofline_runs_priced_in_scalar_arithmetic_match_reference(tmp_path, monkeypatch):
+    # Fast-forwarded runs on roofline timing are priced by decode_steps_list: short ones in
+    # scalar arithmetic, long ones through numpy. The reference prices every pass on its own
+    # (duration_ns); both kinds of run must come out the same.
+    from servesim.timing import roofline
+
+    counts = []
+    real = roofline.RooflineTimingModel.decode_steps_list
+
+    def spy(self, num_decodes, context, count):
+        counts.append(count)
+        return real(self, num_decodes, context, count)
+
+    monkeypatch.setattr(roofline.RooflineTimingModel, "decode_steps_list", spy)
+    rows = [{"timestamp": 40.0 * i, "input_length": 50 + 7 * i, "output_length": 60 + 13 * (i % 5)}
+            for i in range(30)]
+    rows += [{"timestamp": 3000.0, "input_length": 80, "output_length": 400}] * 3   # then long runs
+    config = _config(write_trace(tmp_path / "t.jsonl", rows), {"max_num_seqs": 16, "max_num_batched_tokens": 256},
+                     {"mode": "open_loop"}, 32, {"kind": "roofline"})
+    assert_same(config)
+    assert any(c <= roofline._SCALAR_STEPS for c in counts), counts
+    assert any(c > roofline._SCALAR_STEPS for c in counts), counts

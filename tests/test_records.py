@@ -5,6 +5,8 @@ from __future__ import annotations
 import csv
 import io
 
+import pytest
+
 
 def _csv(result, **kwargs) -> str:
     fh = io.StringIO()
@@ -60,3 +62,29 @@ def test_histogram_add_many_counts_like_one_add_per_value():
     assert (bulk.counts, bulk.count, bulk.total, bulk.zeros) == (
         one_by_one.counts, one_by_one.count, one_by_one.total, one_by_one.zeros)
     assert bulk.zeros == 6 and bulk.count == 30
+
+
+@pytest.mark.parametrize("short", [0, 16, 1000])
+def test_histogram_add_many_short_and_bisected_paths_agree(monkeypatch, short):
+    # add_many buckets up to _SHORT values one at a time, longer lists by bisection: with the
+    # threshold moved either way both paths give add's counts, in add's key order.
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from servesim.metrics import histogram
+    from servesim.metrics.histogram import LogHistogram
+
+    monkeypatch.setattr(histogram, "_SHORT", short)
+
+    @settings(max_examples=150, deadline=None)
+    @given(st.lists(st.integers(0, 10**9), max_size=40), st.integers(0, 4))
+    def check(values, weight):
+        one_by_one, bulk = LogHistogram(), LogHistogram()
+        for value in sorted(values):
+            one_by_one.add(value, weight)
+        bulk.add_many(values, weight)
+        assert list(bulk.counts.items()) == list(one_by_one.counts.items())
+        assert (bulk.count, bulk.total, bulk.total_sq, bulk.zeros) == (
+            one_by_one.count, one_by_one.total, one_by_one.total_sq, one_by_one.zeros)
+
+    check()

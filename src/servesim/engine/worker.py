@@ -313,7 +313,7 @@ class Worker:
         # than the work.
         durations = []
         for count, batch, context in scheduler.run_segments(decided, steps):
-            durations += self.timing.decode_steps_ns(batch, context, count).tolist()
+            durations += self.timing.decode_steps_list(batch, context, count)
         ends = list(accumulate(durations))   # after `now`
         if upcoming is not None:
             steps = self._within_horizon(decided, steps, bisect_left(ends, upcoming - now) + 1)

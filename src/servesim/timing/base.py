@@ -72,6 +72,11 @@ class TimingModel:
             out[i] = self.duration_ns(shape)
         return out
 
+    def decode_steps_list(self, num_decodes: int, context: int, count: int) -> list[int]:
+        """decode_steps_ns as a list of ints (what a fast-forwarded run keeps); models whose
+        short runs are cheaper priced without numpy override it."""
+        return self.decode_steps_ns(num_decodes, context, count).tolist()
+
 
 class FixedTimingModel(TimingModel):
     def __init__(self, cfg: FixedTiming) -> None:
