@@ -45,6 +45,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections import deque
+from itertools import islice
 from operator import itemgetter
 
 from servesim.engine.request import Request
@@ -52,6 +53,7 @@ from servesim.workload.prompt import _END_BITS
 
 _END_MASK = (1 << _END_BITS) - 1
 _SPAN_FIRST = itemgetter(1)   # a span's first block (BlockKeys.chunk_spans)
+_ENDED = 1 << 62              # an ended hold's `lo`: past every block, so nothing of it is implicit
 
 
 def ceil_div(a: int, b: int) -> int:
@@ -261,7 +263,7 @@ class KvCache:
               cache: bool = True, full_sequence: bool | None = None, loaded: int = 0, lookahead: int = 0) -> bool:
         block_size = self.block_size
         ref_cnt = self.ref_cnt
-        evictable = sum(1 for b in hits if not ref_cnt[b])   # hits are keyed blocks
+        evictable = list(map(ref_cnt.__getitem__, hits)).count(0)   # hits are keyed blocks (counted in C)
         watermark = self.watermark_blocks if has_running else 0
         full_tokens = min(request.num_tokens, self.max_model_len)
         need_full = max(ceil_div(full_tokens, block_size) - len(hits), 0) + evictable
@@ -468,22 +470,26 @@ class KvCache:
             return
         chunks = self.chunks
         spans = chain.chunk_spans()
-        index = bisect_right(spans, lo + len(blocks) - 1, key=_SPAN_FIRST) - 1
-        end = len(blocks)
-        while end:
+        end = lo + len(blocks)   # positions in the chain: blocks[j - lo] is position j
+        index = bisect_right(spans, end - 1, key=_SPAN_FIRST) - 1
+        while end > lo:
             node, first, _, _ = spans[index]
             chunk = chunks[node]
-            last = lo + end - 1 - first
-            count = min(end, last + 1)
-            if last != len(chunk) - 1 or chunk[last + 1 - count:] != blocks[end - count:end]:
-                self._evict(blocks[:end], chain.shared_keys(lo, lo + end))   # key by key
-                return
-            if count == len(chunk):
+            # The blocks first .. end-1 of the chain must be the chunk's tail (a head of the span).
+            if first >= lo:   # the whole chunk goes
+                if end - first != len(chunk) or chunk != blocks[first - lo:end - lo]:
+                    break
                 del chunks[node]
+                end = first
             else:
-                del chunk[last + 1 - count:]
-            end -= count
+                if end - first != len(chunk) or chunk[lo - first:] != blocks[:end - lo]:
+                    break
+                del chunk[lo - first:]
+                return
             index -= 1
+        else:
+            return
+        self._evict(blocks[:end - lo], chain.shared_keys(lo, end))   # not a chunk's tail: key by key
 
     def _evict(self, blocks: list[int], keys: list[int]) -> None:
         """Drop the keys of evicted blocks: a run's deepest, in block order, with their keys."""
@@ -572,12 +578,13 @@ class KvCache:
             chunks = self.chunks
             spans = keys.chunk_spans()
             # Chunked prefill keys a long prompt a piece at a time: start at the piece's span.
-            for index in range(bisect_right(spans, start, key=_SPAN_FIRST) - 1, len(spans)):
-                node, first, stop, first_end = spans[index]
+            get = chunks.get
+            for node, first, stop, first_end in islice(spans, bisect_right(spans, start, key=_SPAN_FIRST) - 1, None):
                 if first >= shared_end:
                     break
-                low, high = max(start, first), min(shared_end, stop)
-                chunk = chunks.get(node)
+                low = start if start > first else first
+                high = shared_end if shared_end < stop else stop
+                chunk = get(node)
                 if chunk is None:
                     # Nobody holds these contents. Blocks are keyed in order and a chain's
                     # deeper blocks are evicted no earlier than its shallower ones, so the
@@ -601,7 +608,7 @@ class KvCache:
                         self._materialize(hold, copied)
                 if high > cached:
                     other = chunk.lazy
-                    if other is not None and other is not hold:
+                    if other is not None and other is not hold and other.lo < cached:
                         # The chunk's tail is about to be this request's: the last extender's
                         # implicit blocks in it get counted first (a lookup would not find them).
                         self._materialize(other, cached)
@@ -620,6 +627,11 @@ class KvCache:
         request.blocks = []
         hold = request.kv_hold
         request.kv_hold = None   # its implicit counts end here (see _Hold)
+        if hold is not None:
+            implicit = hold.lo
+            # Chunks this request extended still name its hold: past every block index, it makes
+            # their lookups and take-overs skip it without a call (nothing of it is implicit now).
+            hold.lo = _ENDED
         cached = keyed_before = request.num_cached_blocks
         if keep_blocks is not None and keep_blocks < cached:
             cached = max(keep_blocks, min(request.keys.shared_blocks, len(blocks)) if self.enable_caching else 0)
@@ -649,7 +661,7 @@ class KvCache:
         base = -1   # >= 0: freed is the shared blocks from this one on, keyed by position
         if keyed_shared:
             # Blocks `counted` on have their counts implicit (1, stored 0): they go free as they are.
-            counted = keyed_shared if hold is None or hold.lo > keyed_shared else hold.lo
+            counted = keyed_shared if hold is None or implicit > keyed_shared else implicit
             held = blocks[:counted]
             if counted > 1:
                 counts = itemgetter(*held)(ref_cnt)
