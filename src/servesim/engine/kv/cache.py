@@ -174,7 +174,9 @@ class KvCache:
         hits: list[int] = []
         keys = request.keys
         limit = (request.num_tokens - 1) // self.block_size
-        shared = min(limit, keys.shared_blocks)
+        shared = keys.shared_blocks
+        if limit < shared:   # (conditionals, not min(): a builtin call parses its arguments)
+            shared = limit
         if shared:
             chunks = self.chunks
             for node, first, stop, _ in keys.chunk_spans():
@@ -183,7 +185,7 @@ class KvCache:
                 chunk = chunks.get(node)
                 if chunk is None:
                     return hits
-                wanted = min(stop, shared) - first
+                wanted = (stop if stop < shared else shared) - first
                 hold = chunk.lazy
                 if hold is not None and hold.lo < first + wanted:
                     # Another request's blocks held by it alone: their counts become stored,
@@ -265,7 +267,9 @@ class KvCache:
         ref_cnt = self.ref_cnt
         evictable = list(map(ref_cnt.__getitem__, hits)).count(0)   # hits are keyed blocks (counted in C)
         watermark = self.watermark_blocks if has_running else 0
-        full_tokens = min(request.num_tokens, self.max_model_len)
+        full_tokens = request.num_tokens
+        if full_tokens > self.max_model_len:
+            full_tokens = self.max_model_len
         need_full = max(ceil_div(full_tokens, block_size) - len(hits), 0) + evictable
         if full_sequence is None:
             full_sequence = self.full_sequence_admission
@@ -275,7 +279,9 @@ class KvCache:
         if need_full + watermark > self.num_free:
             return False
         hit_tokens = len(hits) * block_size
-        slots = min(hit_tokens + num_new_tokens + lookahead, self.max_model_len)
+        slots = hit_tokens + num_new_tokens + lookahead
+        if slots > self.max_model_len:
+            slots = self.max_model_len
         if lookahead and max(ceil_div(slots, block_size) - len(hits), 0) + evictable + watermark > self.num_free:
             return False
         self.keyed_free -= evictable
@@ -308,7 +314,9 @@ class KvCache:
     def allocate(self, request: Request, num_new_tokens: int, lookahead: int = 0) -> bool:
         computed = request.num_computed + num_new_tokens
         block_size = self.block_size
-        slots = min(computed + lookahead, self.max_model_len)
+        slots = computed + lookahead
+        if slots > self.max_model_len:
+            slots = self.max_model_len
         need = -(-slots // block_size) - len(request.blocks)
         if need > 0:
             if need > self.num_free:
@@ -316,7 +324,9 @@ class KvCache:
             self.take(need, request.blocks)
         # Per-request backends call this for every decode token: skip the call when no block fills.
         if self.enable_caching:
-            filled = min(computed, request.prompt_len + request.num_output)
+            filled = request.prompt_len + request.num_output
+            if computed < filled:
+                filled = computed
             if filled // block_size > request.num_cached_blocks:
                 self.cache_full_blocks(request, filled)
         return True
@@ -397,7 +407,9 @@ class KvCache:
                 keys = entry.keys
                 serial = entry.serial
                 while remaining and entry:
-                    count = min(remaining, len(entry))
+                    count = len(entry)
+                    if remaining < count:
+                        count = remaining
                     part = entry[-count:]
                     del entry[-count:]
                     if keys is None:   # keyed by position: the part is blocks lo .. of the chain
@@ -566,7 +578,9 @@ class KvCache:
         if full <= start:
             return
         keys = request.keys
-        shared_end = min(full, keys.shared_blocks)
+        shared_end = keys.shared_blocks
+        if full < shared_end:
+            shared_end = full
         if start < shared_end:
             blocks = request.blocks
             hold = request.kv_hold
@@ -649,10 +663,12 @@ class KvCache:
         if not self.enable_caching:
             self.free_plain.extend(blocks)
             return
-        shared = min(request.keys.shared_blocks, len(blocks))
-        keyed_shared = min(shared, keyed_before)   # hits and cached blocks: every one has its key
+        shared = request.keys.shared_blocks
+        if len(blocks) < shared:
+            shared = len(blocks)
+        keyed_shared = shared if shared < keyed_before else keyed_before   # hits and cached blocks: every one has its key
         plain = self.free_plain
-        plain.extend(blocks[max(shared, cached):])    # not yet cached: front of the queue
+        plain.extend(blocks[shared if shared > cached else cached:])    # not yet cached: front of the queue
         plain.extend(reversed(blocks[keyed_shared:shared]))
         lru = self.lru
         ref_cnt = self.ref_cnt
