@@ -85,7 +85,14 @@ def main() -> None:
     parser.add_argument("--base", type=int, default=2048, help="prompt tokens at 1x")
     parser.add_argument("--scales", default="1,4,16,64")
     parser.add_argument("--repeat", type=int, default=3, help="runs per cell; the fastest counts")
+    parser.add_argument("--one", metavar="MODE:SCALE",
+                        help="run one replay and print nothing (for an instruction counter: run it at two "
+                             "--requests and take the difference over the requests added)")
     args = parser.parse_args()
+    if args.one:
+        mode, scale = args.one.rsplit(":", 1)
+        replay(args.requests, args.base * int(scale), mode)
+        return
     scales = [int(x) for x in args.scales.split(",")]
     print("| prompt | scale | blocks | µs / request | ns / prompt block |")
     print("|---|---|---|---|---|")
