@@ -456,3 +456,38 @@ def test_a_freed_run_of_shared_blocks_is_evicted_by_position(cache):
     assert admit(request(2, 4 * 3, None)) == 0      # the rest of the second chunk, one of the first
     assert kv.cached_prefix_blocks(a.keys) == 3
     assert len(kv.lookup(request(3, 32, (0, 1)))) == 3
+
+
+def test_a_freed_requests_chunks_skip_its_hold_without_a_call(monkeypatch):
+    """A chunk names the hold of the request that last extended it, after that request freed
+    its blocks too: the free ends the hold (`lo` past every block), so a lookup or a take-over
+    of the chunk finds nothing implicit in it without calling `_materialize` (row 5r made
+    70,000 such calls). Block size 4, trace blocks of 16 tokens."""
+    kv = KvCache(num_gpu_blocks=16, block_size=4, enable_caching=True, max_model_len=64)
+    interner = PrefixInterner()
+
+    def request(request_id, prompt_len=16):
+        return Request(request_id, 0, 0, prompt_len, 4, 4, BlockKeys(request_id, prompt_len, (0,), 4, 16, interner))
+
+    calls = []
+    materialize = KvCache._materialize
+    monkeypatch.setattr(KvCache, "_materialize", lambda self, hold, upto: calls.append(hold) or materialize(self, hold, upto))
+    a, b, c = request(0), request(1), request(2)
+    assert kv.admit(a, kv.lookup(a), 16, has_running=False)   # a0 .. a3 keyed, held by a alone
+    a.num_computed = 16
+    (chunk,) = kv.chunks.values()
+    hold = a.kv_hold
+    assert chunk.lazy is hold and len(chunk) == 4
+    hits = kv.lookup(b)                     # a live hold: its blocks are counted first (the patch works)
+    assert calls == [hold] and hits == a.blocks[:3] and hold.lo == 3
+    kv.free(a)
+    assert chunk.lazy is hold and hold.lo > 64   # ended: nothing of it is implicit any more
+    assert not any(kv.ref_cnt)
+    hits = kv.lookup(c)
+    assert hits == chunk[:3] and all(kv.is_evictable(block) for block in hits)
+    assert kv.admit(c, hits, 4, has_running=False)
+    c.num_computed = 16
+    assert hold not in calls[1:]            # no call for the ended hold (c's own copy of a3 makes one)
+    assert [kv.ref_cnt[block] for block in hits] == [1, 1, 1]
+    kv.free(c)
+    assert not any(kv.ref_cnt) and kv.num_free == 15

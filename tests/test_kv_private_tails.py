@@ -140,3 +140,34 @@ def test_fast_cache_answers_as_the_reference_with_private_tails(prompts, ops, nu
         answers.append(_drive(kv, [(list(path), trim) for path, trim in paths], ops, interner))
     assert answers[0] == answers[2]
     assert answers[1] == answers[2]
+
+
+def _spans_block_by_block(keys, block, trace_block):
+    """`chunk_spans` by definition: block j belongs to the prefix id of the trace block holding
+    its last token; consecutive blocks of one prefix id make one span."""
+    spans = []
+    for j in range(keys.shared_blocks):
+        end = (j + 1) * block
+        node = keys._prefix_ids[-(-end // trace_block) - 1]
+        if spans and spans[-1][0] == node and spans[-1][2] == j:
+            spans[-1] = (node, spans[-1][1], j + 1, spans[-1][3])
+        else:
+            spans.append((node, j, j + 1, end))
+    return spans
+
+
+@settings(max_examples=300, deadline=None)
+@given(rows=_TRACES, block=st.sampled_from([1, 2, 3, 4, 8]), counted=st.booleans())
+def test_chunk_spans_group_the_shared_blocks_by_prefix_id(rows, block, counted):
+    """Trace blocks of 8 tokens: engine blocks of 1, 2, 4 and 8 tokens take the aligned path
+    (`BlockKeys._aligned_spans`, built in C), 3 the general walk; counted or not (a counted
+    interner cuts shared_blocks at a prefix one request reaches)."""
+    trace_block = 8
+    trace = [_trace_request(i, hash_ids, max(1, len(hash_ids) * trace_block + trim))
+             for i, (hash_ids, trim, _) in enumerate(rows)]
+    interner = PrefixInterner()
+    if counted:
+        interner.count_requests(trace, trace_block)
+    for t in trace:
+        keys = BlockKeys(t.request_id, t.input_length, t.hash_ids, block, trace_block, interner)
+        assert keys.chunk_spans() == _spans_block_by_block(keys, block, trace_block)

@@ -19,10 +19,11 @@ Equal keys mean equal chained block hashes in vLLM; keys are plain ints.
 from __future__ import annotations
 
 from collections import Counter
-from itertools import chain
+from itertools import chain, repeat
 
 _END_BITS = 32
 _MAX_END = 1 << _END_BITS
+_TWO_GT = (2).__gt__
 
 
 class PrefixInterner:
@@ -57,32 +58,27 @@ class PrefixInterner:
                 reach = -(-min(request.input_length, len(hash_ids) * trace_block_size) // trace_block_size)
                 reached.append((hash_ids, reach))
         held = Counter(chain.from_iterable(hash_ids[:reach] for hash_ids, reach in reached))
-        counts: dict[int, int] = {}
-        get = counts.get
+        holders = held.__getitem__   # every hash_id reached is in it, at least once
+        reached_ids: list[list[int]] = []
         counted = self._counted
         for hash_ids, reach in reached:
-            cut = 0
-            for h in hash_ids[:reach]:
-                if held[h] < 2:
-                    break
-                cut += 1
-            nodes = self.prefix_ids(hash_ids, cut)
+            # The walk stops at the first hash_id only this prompt holds (count 1), found in C.
+            heads = list(map(holders, hash_ids[:reach]))
+            nodes = self.prefix_ids(hash_ids, heads.index(1) if 1 in heads else reach)
             known = counted.get(hash_ids)
             if known is None or reach > known[1]:
                 counted[hash_ids] = (nodes, reach)
-            for node in nodes:
-                counts[node] = get(node, 0) + 1
-        self.counts = counts
+            reached_ids.append(nodes)
+        self.counts = dict(Counter(chain.from_iterable(reached_ids)))
 
     def shared_reach(self, prefix_ids: list[int]) -> int:
         """How many leading prefixes more than one request reaches (all of them when uncounted)."""
         counts = self.counts
         if counts is None:
             return len(prefix_ids)
-        for i, node in enumerate(prefix_ids):
-            if counts.get(node, 0) < 2:
-                return i
-        return len(prefix_ids)
+        # The first prefix under two requests, in C: (2).__gt__(count) is count < 2.
+        alone = list(map(_TWO_GT, map(counts.get, prefix_ids, repeat(0, len(prefix_ids)))))
+        return alone.index(True) if True in alone else len(prefix_ids)
 
     def shared_prefix_ids(self, hash_ids: tuple[int, ...], count: int) -> list[int]:
         """The ids of hash_ids[:1], ..., hash_ids[:count] up to the first that only one request
@@ -103,13 +99,10 @@ class PrefixInterner:
         nodes = self._nodes
         out = []
         parent = 0
+        append = out.append
         for h in hash_ids[:count]:
-            key = (parent, h)
-            node = nodes.get(key)
-            if node is None:
-                node = nodes[key] = len(nodes) + 1
-            out.append(node)
-            parent = node
+            parent = nodes.setdefault((parent, h), len(nodes) + 1)   # new ids number 1, 2, ...
+            append(parent)
         return out
 
 
@@ -169,6 +162,9 @@ class BlockKeys:
             # Block j ends at (j+1)·size, inside trace block ceil(end / trace) - 1.
             size, trace = self._block_size, self._trace_block_size
             last_end = self.shared_blocks * size
+            if trace % size == 0:
+                spans = self._spans = self._aligned_spans(size, trace // size)
+                return spans
             spans = self._spans = []
             for i, node in enumerate(self._prefix_ids):
                 low = (i * trace // size + 1) * size    # the first block end past i·trace
@@ -178,6 +174,18 @@ class BlockKeys:
                         break
                     continue
                 spans.append((node, low // size - 1, high // size, low))
+        return spans
+
+    def _aligned_spans(self, size: int, per: int) -> list[tuple[int, int, int, int]]:
+        """`chunk_spans` where a trace block holds `per` whole engine blocks: span i is blocks
+        i·per .. (i+1)·per - 1, the last cut at `shared_blocks`, built in C (zip over ranges)."""
+        shared = self.shared_blocks
+        count = -(-shared // per)   # spans reaching a shared block (shared <= prefix ids · per)
+        spans = list(zip(self._prefix_ids[:count], range(0, count * per, per), range(per, (count + 1) * per, per),
+                         range(size, size + count * per * size, per * size)))
+        if count and spans[-1][2] > shared:
+            node, first, _, first_end = spans[-1]
+            spans[-1] = (node, first, shared, first_end)
         return spans
 
     def shared_keys(self, start: int, stop: int) -> list[int]:

@@ -45,6 +45,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections import deque
+from itertools import islice
 from operator import itemgetter
 
 from servesim.engine.request import Request
@@ -52,6 +53,7 @@ from servesim.workload.prompt import _END_BITS
 
 _END_MASK = (1 << _END_BITS) - 1
 _SPAN_FIRST = itemgetter(1)   # a span's first block (BlockKeys.chunk_spans)
+_ENDED = 1 << 62              # an ended hold's `lo`: past every block, so nothing of it is implicit
 
 
 def ceil_div(a: int, b: int) -> int:
@@ -172,7 +174,9 @@ class KvCache:
         hits: list[int] = []
         keys = request.keys
         limit = (request.num_tokens - 1) // self.block_size
-        shared = min(limit, keys.shared_blocks)
+        shared = keys.shared_blocks
+        if limit < shared:   # (conditionals, not min(): a builtin call parses its arguments)
+            shared = limit
         if shared:
             chunks = self.chunks
             for node, first, stop, _ in keys.chunk_spans():
@@ -181,7 +185,7 @@ class KvCache:
                 chunk = chunks.get(node)
                 if chunk is None:
                     return hits
-                wanted = min(stop, shared) - first
+                wanted = (stop if stop < shared else shared) - first
                 hold = chunk.lazy
                 if hold is not None and hold.lo < first + wanted:
                     # Another request's blocks held by it alone: their counts become stored,
@@ -261,9 +265,11 @@ class KvCache:
               cache: bool = True, full_sequence: bool | None = None, loaded: int = 0, lookahead: int = 0) -> bool:
         block_size = self.block_size
         ref_cnt = self.ref_cnt
-        evictable = sum(1 for b in hits if not ref_cnt[b])   # hits are keyed blocks
+        evictable = list(map(ref_cnt.__getitem__, hits)).count(0)   # hits are keyed blocks (counted in C)
         watermark = self.watermark_blocks if has_running else 0
-        full_tokens = min(request.num_tokens, self.max_model_len)
+        full_tokens = request.num_tokens
+        if full_tokens > self.max_model_len:
+            full_tokens = self.max_model_len
         need_full = max(ceil_div(full_tokens, block_size) - len(hits), 0) + evictable
         if full_sequence is None:
             full_sequence = self.full_sequence_admission
@@ -273,7 +279,9 @@ class KvCache:
         if need_full + watermark > self.num_free:
             return False
         hit_tokens = len(hits) * block_size
-        slots = min(hit_tokens + num_new_tokens + lookahead, self.max_model_len)
+        slots = hit_tokens + num_new_tokens + lookahead
+        if slots > self.max_model_len:
+            slots = self.max_model_len
         if lookahead and max(ceil_div(slots, block_size) - len(hits), 0) + evictable + watermark > self.num_free:
             return False
         self.keyed_free -= evictable
@@ -306,7 +314,9 @@ class KvCache:
     def allocate(self, request: Request, num_new_tokens: int, lookahead: int = 0) -> bool:
         computed = request.num_computed + num_new_tokens
         block_size = self.block_size
-        slots = min(computed + lookahead, self.max_model_len)
+        slots = computed + lookahead
+        if slots > self.max_model_len:
+            slots = self.max_model_len
         need = -(-slots // block_size) - len(request.blocks)
         if need > 0:
             if need > self.num_free:
@@ -314,7 +324,9 @@ class KvCache:
             self.take(need, request.blocks)
         # Per-request backends call this for every decode token: skip the call when no block fills.
         if self.enable_caching:
-            filled = min(computed, request.prompt_len + request.num_output)
+            filled = request.prompt_len + request.num_output
+            if computed < filled:
+                filled = computed
             if filled // block_size > request.num_cached_blocks:
                 self.cache_full_blocks(request, filled)
         return True
@@ -395,7 +407,9 @@ class KvCache:
                 keys = entry.keys
                 serial = entry.serial
                 while remaining and entry:
-                    count = min(remaining, len(entry))
+                    count = len(entry)
+                    if remaining < count:
+                        count = remaining
                     part = entry[-count:]
                     del entry[-count:]
                     if keys is None:   # keyed by position: the part is blocks lo .. of the chain
@@ -468,22 +482,26 @@ class KvCache:
             return
         chunks = self.chunks
         spans = chain.chunk_spans()
-        index = bisect_right(spans, lo + len(blocks) - 1, key=_SPAN_FIRST) - 1
-        end = len(blocks)
-        while end:
+        end = lo + len(blocks)   # positions in the chain: blocks[j - lo] is position j
+        index = bisect_right(spans, end - 1, key=_SPAN_FIRST) - 1
+        while end > lo:
             node, first, _, _ = spans[index]
             chunk = chunks[node]
-            last = lo + end - 1 - first
-            count = min(end, last + 1)
-            if last != len(chunk) - 1 or chunk[last + 1 - count:] != blocks[end - count:end]:
-                self._evict(blocks[:end], chain.shared_keys(lo, lo + end))   # key by key
-                return
-            if count == len(chunk):
+            # The blocks first .. end-1 of the chain must be the chunk's tail (a head of the span).
+            if first >= lo:   # the whole chunk goes
+                if end - first != len(chunk) or chunk != blocks[first - lo:end - lo]:
+                    break
                 del chunks[node]
+                end = first
             else:
-                del chunk[last + 1 - count:]
-            end -= count
+                if end - first != len(chunk) or chunk[lo - first:] != blocks[:end - lo]:
+                    break
+                del chunk[lo - first:]
+                return
             index -= 1
+        else:
+            return
+        self._evict(blocks[:end - lo], chain.shared_keys(lo, end))   # not a chunk's tail: key by key
 
     def _evict(self, blocks: list[int], keys: list[int]) -> None:
         """Drop the keys of evicted blocks: a run's deepest, in block order, with their keys."""
@@ -560,7 +578,9 @@ class KvCache:
         if full <= start:
             return
         keys = request.keys
-        shared_end = min(full, keys.shared_blocks)
+        shared_end = keys.shared_blocks
+        if full < shared_end:
+            shared_end = full
         if start < shared_end:
             blocks = request.blocks
             hold = request.kv_hold
@@ -572,12 +592,13 @@ class KvCache:
             chunks = self.chunks
             spans = keys.chunk_spans()
             # Chunked prefill keys a long prompt a piece at a time: start at the piece's span.
-            for index in range(bisect_right(spans, start, key=_SPAN_FIRST) - 1, len(spans)):
-                node, first, stop, first_end = spans[index]
+            get = chunks.get
+            for node, first, stop, first_end in islice(spans, bisect_right(spans, start, key=_SPAN_FIRST) - 1, None):
                 if first >= shared_end:
                     break
-                low, high = max(start, first), min(shared_end, stop)
-                chunk = chunks.get(node)
+                low = start if start > first else first
+                high = shared_end if shared_end < stop else stop
+                chunk = get(node)
                 if chunk is None:
                     # Nobody holds these contents. Blocks are keyed in order and a chain's
                     # deeper blocks are evicted no earlier than its shallower ones, so the
@@ -601,7 +622,7 @@ class KvCache:
                         self._materialize(hold, copied)
                 if high > cached:
                     other = chunk.lazy
-                    if other is not None and other is not hold:
+                    if other is not None and other is not hold and other.lo < cached:
                         # The chunk's tail is about to be this request's: the last extender's
                         # implicit blocks in it get counted first (a lookup would not find them).
                         self._materialize(other, cached)
@@ -620,6 +641,11 @@ class KvCache:
         request.blocks = []
         hold = request.kv_hold
         request.kv_hold = None   # its implicit counts end here (see _Hold)
+        if hold is not None:
+            implicit = hold.lo
+            # Chunks this request extended still name its hold: past every block index, it makes
+            # their lookups and take-overs skip it without a call (nothing of it is implicit now).
+            hold.lo = _ENDED
         cached = keyed_before = request.num_cached_blocks
         if keep_blocks is not None and keep_blocks < cached:
             cached = max(keep_blocks, min(request.keys.shared_blocks, len(blocks)) if self.enable_caching else 0)
@@ -637,10 +663,12 @@ class KvCache:
         if not self.enable_caching:
             self.free_plain.extend(blocks)
             return
-        shared = min(request.keys.shared_blocks, len(blocks))
-        keyed_shared = min(shared, keyed_before)   # hits and cached blocks: every one has its key
+        shared = request.keys.shared_blocks
+        if len(blocks) < shared:
+            shared = len(blocks)
+        keyed_shared = shared if shared < keyed_before else keyed_before   # hits and cached blocks: every one has its key
         plain = self.free_plain
-        plain.extend(blocks[max(shared, cached):])    # not yet cached: front of the queue
+        plain.extend(blocks[shared if shared > cached else cached:])    # not yet cached: front of the queue
         plain.extend(reversed(blocks[keyed_shared:shared]))
         lru = self.lru
         ref_cnt = self.ref_cnt
@@ -649,7 +677,7 @@ class KvCache:
         base = -1   # >= 0: freed is the shared blocks from this one on, keyed by position
         if keyed_shared:
             # Blocks `counted` on have their counts implicit (1, stored 0): they go free as they are.
-            counted = keyed_shared if hold is None or hold.lo > keyed_shared else hold.lo
+            counted = keyed_shared if hold is None or implicit > keyed_shared else implicit
             held = blocks[:counted]
             if counted > 1:
                 counts = itemgetter(*held)(ref_cnt)
