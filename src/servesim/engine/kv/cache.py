@@ -39,6 +39,7 @@ So a request costs O(1) plus O(its shareable prompt blocks) in list work, not O(
 blocks), and O(its prefix ids) in dictionary work.
 Block ids, the free count, the LRU order of every block that can still be hit,
 and therefore every prefix hit and every eviction are the same as the reference's.
+The free queue's side (taking blocks from it, evicting their keys) is engine/kv/free_queue.py.
 """
 
 from __future__ import annotations
@@ -48,40 +49,14 @@ from collections import deque
 from itertools import islice
 from operator import itemgetter
 
+from servesim.engine.kv.free_queue import _SPAN_FIRST, FreeQueue, _FreedRun
 from servesim.engine.request import Request
-from servesim.workload.prompt import _END_BITS
 
-_END_MASK = (1 << _END_BITS) - 1
-_SPAN_FIRST = itemgetter(1)   # a span's first block (BlockKeys.chunk_spans)
 _ENDED = 1 << 62              # an ended hold's `lo`: past every block, so nothing of it is implicit
 
 
 def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
-
-
-class _FreedRun(list):
-    """Keyed blocks released by one free, in block order: the queue evicts from the end
-    (a request's tail first, as vLLM appends a request's blocks tail first). `keys` holds
-    their cache keys, position for position: a block's key is known from the request that
-    frees it, so blocks need no key of their own. Or, when the run is the request's shared
-    blocks `base` .. (keys None), `chain` is the request's `BlockKeys`: the keys are never
-    built, since an eviction finds each prefix id's chunk from the block's position."""
-
-    __slots__ = ("serial", "keys", "chain", "base")
-
-    def __init__(self, blocks, keys: list[int] | None, serial: int, chain=None, base: int = 0) -> None:
-        super().__init__(blocks)
-        self.keys = keys
-        self.serial = serial
-        self.chain = chain
-        self.base = base
-
-    def keys_of(self, start: int, stop: int) -> list[int]:
-        """The keys of the run's blocks start .. stop-1 (not to be changed in place)."""
-        if self.keys is not None:
-            return self.keys[start:stop]
-        return self.chain.shared_keys(self.base + start, self.base + stop)
 
 
 class _Chunk(list):
@@ -106,7 +81,7 @@ class _Hold:
         self.lo = lo
 
 
-class KvCache:
+class KvCache(FreeQueue):
     host = None   # KV offload runs on the reference cache (engine/kv/host_tier.py)
 
     def __init__(
@@ -371,193 +346,6 @@ class KvCache:
                         # now), without the call: with one-token pages every decode fills a block,
                         # so this runs once a token (docs/performance.md, "Hot loops written out").
                         request.num_cached_blocks = full
-
-    def take(self, count: int, into: list[int]) -> None:
-        """Pop `count` free blocks from the front of the queue into `into`, evicting keys."""
-        if count <= 0:
-            return
-        plain = self.free_plain
-        if count <= len(plain):   # the usual case once the pool has cycled: freed unkeyed blocks
-            into.extend(plain[-count:])
-            del plain[-count:]
-            return
-        from_plain = len(plain)
-        remaining = count - from_plain
-        fresh = self.num_blocks - self.fresh_next
-        if remaining < fresh:
-            fresh = remaining
-        if fresh:
-            # The fresh ids lie below every freed block in the plain queue.
-            first = self.fresh_next
-            self.fresh_next = first + fresh
-            into.extend(range(first + fresh - 1, first - 1, -1))
-            self.ref_cnt.extend([0] * fresh)
-            remaining -= fresh
-        if from_plain:
-            into.extend(plain[-from_plain:])
-            del plain[-from_plain:]
-        if not remaining:
-            return
-        lru = self.lru
-        popleft = lru.popleft
-        left_queue = self.left_queue
-        while remaining:
-            entry = popleft()
-            if entry.__class__ is _FreedRun:
-                keys = entry.keys
-                serial = entry.serial
-                while remaining and entry:
-                    count = len(entry)
-                    if remaining < count:
-                        count = remaining
-                    part = entry[-count:]
-                    del entry[-count:]
-                    if keys is None:   # keyed by position: the part is blocks lo .. of the chain
-                        part_keys = None
-                        lo = entry.base + len(entry)
-                    else:
-                        part_keys = keys[-count:]
-                        del keys[-count:]
-                    # isdisjoint stops at the first shared block and builds nothing: the usual case.
-                    if left_queue and not left_queue.keys().isdisjoint(part):
-                        if part_keys is None:
-                            part_keys = entry.chain.shared_keys(lo, lo + count)
-                        marked = left_queue.keys() & part
-                        # This is the oldest run, so a block still free here has no other copy
-                        # queued: its mark has served and goes. Copies further in wait until taken.
-                        # Only the marked blocks are looked at one by one (a set meet, in C).
-                        stale = {b for b in marked if left_queue[b] >= serial}
-                        if stale:
-                            live = [i for i, b in enumerate(part) if b not in stale]
-                            part, part_keys = [part[i] for i in live], [part_keys[i] for i in live]
-                            self.stale -= count - len(part)
-                        for b in marked:
-                            if b not in stale:
-                                del left_queue[b]
-                    if part_keys is None:
-                        self._evict_chain(part, entry.chain, lo)
-                    elif part:
-                        self._evict(part, part_keys)
-                    into.extend(part)
-                    self.keyed_free -= len(part)
-                    remaining -= len(part)
-                if entry:
-                    lru.appendleft(entry)
-                continue
-            # A dead run: its keys died with its request.
-            part = entry if len(entry) <= remaining else entry[-remaining:]
-            taken = len(part)
-            into.extend(part)
-            self.keyed_free -= taken
-            remaining -= taken
-            if part is not entry:
-                del entry[-taken:]
-                lru.appendleft(entry)
-
-    def _still_free(self, blocks: list[int], keys: list[int], serial: int) -> tuple[list[int], list[int]]:
-        """Those of a run's blocks (queued at `serial`) that no hit took since, with their keys."""
-        left_queue = self.left_queue
-        live = [i for i, b in enumerate(blocks) if left_queue.get(b, -1) < serial]
-        return [blocks[i] for i in live], [keys[i] for i in live]
-
-    def _compact_queue(self) -> None:
-        """Drop stale copies (left by hits on free blocks) once they outnumber the free blocks."""
-        kept: deque[list[int]] = deque()
-        for entry in self.lru:
-            if entry.__class__ is _FreedRun:
-                blocks, keys = self._still_free(entry, entry.keys_of(0, len(entry)), entry.serial)
-                if not blocks:
-                    continue
-                entry = _FreedRun(blocks, keys, entry.serial)
-            kept.append(entry)
-        self.lru = kept
-        self.left_queue = {}
-        self.stale = 0
-
-    def _evict_chain(self, blocks: list[int], chain, lo: int) -> None:
-        """`_evict` for blocks lo .. of a request's shared blocks (`chain`, its BlockKeys), found
-        by position: block j is position j - first of its span's chunk (`chunk_spans`)."""
-        if self.extra:   # second copies are found by key
-            self._evict(blocks, chain.shared_keys(lo, lo + len(blocks)))
-            return
-        chunks = self.chunks
-        spans = chain.chunk_spans()
-        end = lo + len(blocks)   # positions in the chain: blocks[j - lo] is position j
-        index = bisect_right(spans, end - 1, key=_SPAN_FIRST) - 1
-        while end > lo:
-            node, first, _, _ = spans[index]
-            chunk = chunks[node]
-            # The blocks first .. end-1 of the chain must be the chunk's tail (a head of the span).
-            if first >= lo:   # the whole chunk goes
-                if end - first != len(chunk) or chunk != blocks[first - lo:end - lo]:
-                    break
-                del chunks[node]
-                end = first
-            else:
-                if end - first != len(chunk) or chunk[lo - first:] != blocks[:end - lo]:
-                    break
-                del chunk[lo - first:]
-                return
-            index -= 1
-        else:
-            return
-        self._evict(blocks[:end - lo], chain.shared_keys(lo, end))   # not a chunk's tail: key by key
-
-    def _evict(self, blocks: list[int], keys: list[int]) -> None:
-        """Drop the keys of evicted blocks: a run's deepest, in block order, with their keys."""
-        if keys[-1] > 0 and (not self.extra or self.extra.keys().isdisjoint(keys)):
-            # The usual case: shareable contents each held by this block alone. The deepest
-            # blocks of a chain go first, so each prefix id's chunk loses its tail: one slice
-            # a prefix id, checked against the blocks (a block holds one key).
-            chunks = self.chunks
-            block_size = self.block_size
-            end = len(keys)
-            while end:
-                key = keys[end - 1]
-                node = key >> _END_BITS
-                chunk = chunks[node]
-                last = ((key & _END_MASK) - chunk.first_end) // block_size
-                count = min(end, last + 1)
-                if last != len(chunk) - 1 or chunk[last + 1 - count:] != blocks[end - count:end]:
-                    break   # not a tail of one chunk: key by key below
-                if count == len(chunk):
-                    del chunks[node]
-                else:
-                    del chunk[last + 1 - count:]
-                end -= count
-            else:
-                return
-            blocks, keys = blocks[:end], keys[:end]
-        for block, key in zip(reversed(blocks), reversed(keys)):   # deepest first
-            self._uncache(key, block)
-
-    def _uncache(self, key: int, block: int) -> None:
-        if key > 0:
-            chunk = self.chunks[key >> _END_BITS]
-            index = ((key & _END_MASK) - chunk.first_end) // self.block_size
-            copies = self.extra.get(key)
-            if copies is None:
-                assert index == len(chunk) - 1 and chunk[index] == block, "a chain's head is evicted before its tail"
-                if index:
-                    chunk.pop()
-                else:
-                    del self.chunks[key >> _END_BITS]
-                return
-            if chunk[index] == block:
-                chunk[index] = copies.pop(0)
-            else:
-                copies.remove(block)
-            if not copies:
-                del self.extra[key]
-            return
-        entry = self.cache[key]
-        if entry.__class__ is int:
-            del self.cache[key]
-        else:
-            entry.remove(block)
-            if len(entry) == 1:
-                self.cache[key] = entry[0]
-                self.repeated.discard(key)
 
     def _insert(self, key: int, block: int) -> None:
         entry = self.cache.get(key)
