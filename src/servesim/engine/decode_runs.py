@@ -260,10 +260,7 @@ class DecodeRuns:
             needs = repeat(0)
             total = deficit + len(entries) * extra
             last_step = len(entries)
-        # Pass logs: the free blocks after each pass is scheduled, as the engine takes them.
-        free_blocks = ([decided.free_blocks] + [kv.num_free - self._run_pages(entries, step)
-                                                for step in range(1, steps)]
-                       if self.names_requests else None)
+        free_blocks = self._run_free_blocks(decided, steps)
         pool: list[int] = []
         kv.take(total, pool)
         position = 0
@@ -299,11 +296,25 @@ class DecodeRuns:
                         # `KvCache.allocate_needs`).
                         request.num_cached_blocks = full
         self._advance_run(extra)
-        run = decided.run = PassRun(steps, durations, uniform_ns)
         # KV usage at the end of the run's next-to-last pass (the reference's highest sample
         # inside the run): every block taken, less the last pass's unless overlap committed it.
-        run.kv_peak = kv.num_used - (0 if overlap else last_step)
+        self._record_run(decided, steps, durations, uniform_ns, kv.num_used - (0 if overlap else last_step),
+                         free_blocks, warm, late)
+
+    def _run_free_blocks(self, decided: SchedulerOutput, steps: int) -> list[int] | None:
+        """For pass logs: the free blocks after each of a run's passes is scheduled, as the
+        engine takes them (taken before the run's blocks are)."""
+        if not self.names_requests:
+            return None
+        entries, num_free = decided.entries, self.kv.num_free
+        return [decided.free_blocks] + [num_free - self._run_pages(entries, step) for step in range(1, steps)]
+
+    def _record_run(self, decided: SchedulerOutput, steps: int, durations, uniform_ns: int, kv_peak: int,
+                    free_blocks: list[int] | None, warm: int, late: list[int]) -> None:
+        """Make `decided` stand for the run `extend` made: its passes, KV peak and late gaps."""
+        run = decided.run = PassRun(steps, durations, uniform_ns)
+        run.kv_peak = kv_peak
         run.free_blocks = free_blocks
-        run.per_pass = len(entries) - warm
+        run.per_pass = len(decided.entries) - warm
         run.late_previous_ns = late
-        decided.num_tokens = len(entries) * steps
+        decided.num_tokens = len(decided.entries) * steps

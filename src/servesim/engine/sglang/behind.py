@@ -28,7 +28,7 @@ tests/test_sglang_behind.py and the differential tests.
 
 from __future__ import annotations
 
-from servesim.engine.passes import PassEntry, PassRun, SchedulerOutput
+from servesim.engine.passes import PassEntry, SchedulerOutput
 
 
 def can_extend_with_behind(scheduler, decided: SchedulerOutput, steps: int) -> bool:
@@ -52,9 +52,7 @@ def extend_with_behind(scheduler, decided: SchedulerOutput, steps: int, duration
     entries = decided.entries
     count = len(entries)
     total = scheduler._run_deficit + count * extra
-    free_blocks = ([decided.free_blocks] + [kv.num_free - scheduler._run_pages(entries, step)
-                                            for step in range(1, steps)]
-                   if scheduler.names_requests else None)
+    free_blocks = scheduler._run_free_blocks(decided, steps)
     pool: list[int] = []
     kv.take(total, pool)
     position = 0
@@ -119,12 +117,8 @@ def extend_with_behind(scheduler, decided: SchedulerOutput, steps: int, duration
             request.placeholders = placeholders + 1 + drafts
         behind_entries.append(behind_entry)
     scheduler._advance_run(extra)
-    run = decided.run = PassRun(steps, durations, uniform_ns)
-    run.kv_peak = kv.num_used   # with overlap the run's last pass's pages are committed with it
-    run.free_blocks = free_blocks
-    run.per_pass = count - warm
-    run.late_previous_ns = late
-    decided.num_tokens = count * steps
+    # With overlap the run's last pass's pages are committed with it: all of them are its peak.
+    scheduler._record_run(decided, steps, durations, uniform_ns, kv.num_used, free_blocks, warm, late)
     if decoders:
         scheduler.new_token_ratio = max(scheduler.new_token_ratio - scheduler.decay, scheduler.min_ratio)
         pages: list[int] = []
