@@ -195,7 +195,7 @@ def _plain_row(row: object, allowed: set[str]) -> tuple | None:
 
 
 def _checked_row(line: str, where: str, allowed: set[str], fmt: str) -> tuple:
-    """The same four values as `_plain_row`, each check raising its own sentence."""
+    """`_plain_row`'s four values and the parsed row, each check raising its own sentence."""
     row = json_row(line, where, allowed, fmt)
     arrival = milliseconds_ns(row, "timestamp", where)
     if arrival is None:
