@@ -9,6 +9,7 @@ shared heads, private tails, evictions, preemptions and retractions.
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -171,3 +172,43 @@ def test_chunk_spans_group_the_shared_blocks_by_prefix_id(rows, block, counted):
     for t in trace:
         keys = BlockKeys(t.request_id, t.input_length, t.hash_ids, block, trace_block, interner)
         assert keys.chunk_spans() == _spans_block_by_block(keys, block, trace_block)
+
+
+@pytest.mark.parametrize("cache", [KvCache, ReferenceKvCache])
+def test_one_take_evicts_a_preempted_run_of_shared_and_own_keys(cache):
+    """A preemption keys the request's own blocks past its shareable ones, and one take can
+    evict the whole run: its own keys (the deepest) and its shareable keys go together.
+    Block size 4, hash_ids of 8 tokens, 8 blocks (7 usable)."""
+    kv = cache(num_gpu_blocks=8, block_size=4, enable_caching=True, max_model_len=64)
+    interner = PrefixInterner()
+    r = Request(0, 0, 0, 8, 16, 16, BlockKeys(0, 8, (0,), 4, 8, interner))
+    assert kv.admit(r, kv.lookup(r), 8, has_running=False)    # s0 s1 (shareable)
+    r.num_computed = 8
+    for _ in range(8):                                         # 8 outputs: p2 (full, its own) and p3
+        assert kv.allocate(r, 1)
+        r.num_computed += 1
+        r.num_output += 1
+    kv.free(r, finished=False)                                 # s0 s1 p2 keep keys; queue p3 | p2 s1 s0
+    r.num_computed = 0
+    assert len(kv.lookup(r)) == 3 and kv.num_free == 7
+    other = Request(1, 0, 0, 28, 4, 4, BlockKeys(1, 28, (5, 6, 7, 8), 4, 8, interner))
+    assert kv.admit(other, kv.lookup(other), 28, has_running=False)   # all 7: the run's 3 in one take
+    assert kv.num_free == 0
+    assert kv.lookup(r) == [] and kv.cached_prefix_blocks(r.keys) == 0
+    kv.free(other)
+    assert kv.num_free == 7 and kv.lookup(r) == []
+
+
+def test_own_keys_held_twice_go_key_by_key():
+    """`_insert_own` and `_uncache_own` on a key another block holds already: what `_insert`
+    and `_uncache` do for each key (the second copy joins the key's list, and leaves it)."""
+    kv = KvCache(num_gpu_blocks=8, block_size=4, enable_caching=True, max_model_len=64)
+    own = BlockKeys(0, 8, None, 4, 8, PrefixInterner()).private_keys(2, 4)
+    assert list(own) == [BlockKeys(0, 8, None, 4, 8, PrefixInterner()).key(j) for j in (2, 3)]
+    kv._insert(own[0], 5)
+    kv._insert_own(own, [6, 7])
+    assert kv.cache == {own[0]: [5, 6], own[1]: 7} and kv.repeated == {own[0]}
+    kv._uncache_own(own, [5, 7])
+    assert kv.cache == {own[0]: 6} and kv.repeated == set()
+    kv._uncache_own(own[:1], [6])
+    assert kv.cache == {}

@@ -152,6 +152,11 @@ class BlockKeys:
             return self._prefix_ids[trace_blocks - 1] * _MAX_END + end
         return self._unique_base - block_index
 
+    def private_keys(self, start: int, stop: int) -> range:
+        """Keys of blocks start .. stop-1, all at or past `shared_blocks`: the request's own, one
+        arithmetic run (`key` of each, without a call a block)."""
+        return range(self._unique_base - start, self._unique_base - stop, -1)
+
     def chunk_spans(self) -> list[tuple[int, int, int, int]]:
         """The shared blocks grouped by the prefix id their keys carry, in order: (prefix id,
         first block, block after the last, the first block's end). Block j's key is the id

@@ -170,12 +170,18 @@ class KvCache(FreeQueue):
                     hits += chunk
                     return hits
                 hits += chunk[:wanted]
-        get = self.cache.get
-        for j in range(shared, limit):   # own blocks, cached before a preemption
-            entry = get(keys.key(j))
-            if entry is None:
-                break
-            hits.append(entry if entry.__class__ is int else entry[0])
+        if limit > shared:   # own blocks, cached before a preemption
+            own = keys.private_keys(shared, limit)
+            cache = self.cache
+            if own[0] in cache:
+                # A preempted request's own blocks are usually cached all but a tail: look them all
+                # up in C and keep those before the first miss.
+                found = list(map(cache.get, own))
+                if None in found:
+                    del found[found.index(None):]
+                if self.repeated:
+                    found = [entry if entry.__class__ is int else entry[0] for entry in found]
+                hits += found
         return hits
 
     def lookup_host(self, request: Request, gpu_hits: int) -> int:
@@ -357,6 +363,17 @@ class KvCache(FreeQueue):
         else:
             entry.append(block)
 
+    def _insert_own(self, keys: range, blocks: list[int]) -> None:
+        """`_insert` of a request's own keys (`BlockKeys.private_keys`) with their blocks: in one
+        step in C where none of them is cached yet (the usual case: a block past the shareable
+        prefix is cached only at its request's preemption, and its hits are not inserted again)."""
+        cache = self.cache
+        if cache.keys().isdisjoint(keys):
+            cache.update(zip(keys, blocks))
+            return
+        for key, block in zip(keys, blocks):
+            self._insert(key, block)
+
     def cache_full_blocks(self, request: Request, num_tokens: int) -> None:
         """Mark the request's full blocks up to `num_tokens` as cached; only shareable ones get keys now."""
         if not self.enable_caching:
@@ -493,11 +510,12 @@ class KvCache(FreeQueue):
                 freed += blocks[counted:keyed_shared]
                 keys += request.keys.shared_keys(counted, keyed_shared)
         if cached > shared:
-            key_of = request.keys.key
+            if finished and live_private:   # its keys die with it
+                hit_own = blocks[shared:shared + live_private]
+                self._uncache_own(request.keys.private_keys(shared, shared + live_private), hit_own)
+                for b in hit_own:
+                    ref_cnt[b] = 0   # hits on them counted them: a free block's count is 0 (see _Hold)
             if finished:
-                for j in range(shared, shared + live_private):  # its keys die with it
-                    self._uncache(key_of(j), blocks[j])
-                    ref_cnt[blocks[j]] = 0   # hits on them counted them: a free block's count is 0 (see _Hold)
                 # The request's list becomes the dead run (deeper than the shared blocks: queued
                 # before them), cut in place rather than copied: its private blocks cost no
                 # Python step and no reference count each.
@@ -509,12 +527,13 @@ class KvCache(FreeQueue):
                 if base >= 0:
                     keys, base = list(request.keys.shared_keys(base, keyed_shared)), -1
                 keyed_private = blocks[shared:cached]
-                for j in range(shared + live_private, cached):   # the rest get keys now
-                    self._insert(key_of(j), blocks[j])
+                own = request.keys.private_keys
+                unkeyed = shared + live_private   # its hits kept their keys; the rest get keys now
+                self._insert_own(own(unkeyed, cached), blocks[unkeyed:cached])
                 for b in keyed_private:
                     ref_cnt[b] = 0
                 freed.extend(keyed_private)
-                keys.extend(key_of(j) for j in range(shared, cached))
+                keys.extend(own(shared, cached))
         if freed:
             self.serial += 1
             lru.append(_FreedRun(freed, keys, self.serial, request.keys, base))   # (base read only without keys)

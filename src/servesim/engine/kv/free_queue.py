@@ -11,12 +11,14 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections import deque
+from itertools import takewhile
 from operator import itemgetter
 
 from servesim.workload.prompt import _END_BITS
 
 _END_MASK = (1 << _END_BITS) - 1
 _SPAN_FIRST = itemgetter(1)   # a span's first block (BlockKeys.chunk_spans)
+_OWN_KEY = (0).__gt__         # a request's own content (BlockKeys.private_keys) has a negative key
 
 
 class _FreedRun(list):
@@ -179,6 +181,15 @@ class FreeQueue:
 
     def _evict(self, blocks: list[int], keys: list[int]) -> None:
         """Drop the keys of evicted blocks: a run's deepest, in block order, with their keys."""
+        if keys[-1] < 0:
+            # A preempted request's own blocks, cached past its shareable prefix: deeper than
+            # any shareable block of the run, so they go first; then the rest as below.
+            own = list(takewhile(_OWN_KEY, reversed(keys)))   # deepest first
+            count = len(own)
+            self._uncache_own(own, blocks[:-count - 1:-1])
+            if count == len(keys):
+                return
+            blocks, keys = blocks[:-count], keys[:-count]
         if keys[-1] > 0 and (not self.extra or self.extra.keys().isdisjoint(keys)):
             # The usual case: shareable contents each held by this block alone. The deepest
             # blocks of a chain go first, so each prefix id's chunk loses its tail: one slice
@@ -204,6 +215,16 @@ class FreeQueue:
             blocks, keys = blocks[:end], keys[:end]
         for block, key in zip(reversed(blocks), reversed(keys)):   # deepest first
             self._uncache(key, block)
+
+    def _uncache_own(self, keys, blocks: list[int]) -> None:
+        """`_uncache` of each of a request's own keys with its block, in order: where no key is
+        held by two blocks (`repeated`), each one's entry is its block alone and goes, in C."""
+        repeated = self.repeated
+        if repeated and not repeated.isdisjoint(keys):
+            for key, block in zip(keys, blocks):
+                self._uncache(key, block)
+            return
+        deque(map(self.cache.__delitem__, keys), 0)
 
     def _uncache(self, key: int, block: int) -> None:
         if key > 0:
