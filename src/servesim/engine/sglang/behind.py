@@ -44,9 +44,9 @@ def can_extend_with_behind(scheduler, decided: SchedulerOutput, steps: int) -> b
 
 def extend_with_behind(scheduler, decided: SchedulerOutput, steps: int, durations, uniform_ns: int) -> None:
     """`DecodeRuns.extend` on its closed-form (one-token page) path with overlap, fused with the
-    commit of the decode pass behind the run, which it leaves in `scheduler._behind`."""
+    commit of the decode pass behind the run, which it leaves in `scheduler._behind`. With
+    one-token pages a request's full blocks are its tokens: no division by the block size."""
     kv = scheduler.kv
-    size = kv.block_size
     extra = steps - 1
     caching = kv.enable_caching
     entries = decided.entries
@@ -71,44 +71,48 @@ def extend_with_behind(scheduler, decided: SchedulerOutput, steps: int, duration
         elif request.last_token_ns != start:
             late.append(request.last_token_ns)
         # The run: c - b + extra pages, outputs of every pass but the last processed.
-        need = request.num_computed + extra - len(request.blocks)
+        computed = request.num_computed + extra
+        blocks = request.blocks
+        need = computed - len(blocks)
         if need > 0:
-            request.blocks.extend(pool[position:position + need])
+            blocks += pool[position:position + need]
             position += need
-        request.num_computed = computed = request.num_computed + extra
         request.num_output = output = request.num_output + extra
         placeholders = request.placeholders
         prompt_len = request.prompt_len
-        # The pass behind: a request whose last token is in flight sits out (`_decoding`).
-        sits_out = placeholders > 0 and computed + 2 - placeholders >= prompt_len + request.max_tokens
         after = computed + 1
         known = prompt_len + output
+        # The pass behind: a request whose last token is in flight sits out (`_decoding`).
+        sits_out = placeholders > 0 and after + 1 - placeholders >= prompt_len + request.max_tokens
         if caching:
             # The run's caching mark, then the pass behind's: past the shareable prefix each only
             # raises the count (what `cache_full_blocks` does there), so one store does for both.
             cached = request.num_cached_blocks
             filled = computed - placeholders
-            if filled // size > cached:
-                if cached < request.keys.shared_blocks:
-                    kv.cache_full_blocks(request, filled)
-                    cached = request.num_cached_blocks
-                else:
-                    cached = filled // size
-            if not sits_out:
-                upto = after if after < known else known
-                if upto // size > cached:
-                    if cached < request.keys.shared_blocks:
+            upto = cached if sits_out else after if after < known else known
+            if filled > cached or upto > cached:
+                shared = request.keys.shared_blocks
+                if filled > cached:
+                    if cached < shared:
+                        request.num_computed = computed
+                        kv.cache_full_blocks(request, filled)
+                        cached = request.num_cached_blocks
+                    else:
+                        cached = filled
+                if upto > cached:
+                    if cached < shared:
                         deferred.append((request, upto))
                     else:
-                        cached = upto // size
-            request.num_cached_blocks = cached
+                        cached = upto
+                request.num_cached_blocks = cached
         if sits_out:
+            request.num_computed = computed
             continue
+        request.num_computed = after
         decoders.append(request)
         behind_entry = PassEntry(request, 1, computed, "running")
-        known += placeholders
-        request.num_computed = after
         request.in_flight += 1
+        known += placeholders
         request.is_prefill_chunk = chunk = after < known
         behind_entry.is_decode = computed >= prompt_len
         if not chunk:
