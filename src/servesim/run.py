@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from servesim import __version__, limits
+from servesim import __version__, limits, startup_gc
 from servesim.api_checks import check_simulate_arguments
 from servesim.cluster.build import build_cluster
 from servesim.cluster.engine_choice import choose_engines
@@ -140,6 +140,7 @@ def simulate(
     if run.warmup_requests >= total:
         raise ServesimError(f"workload.warmup_requests is {run.warmup_requests} but the workload has "
                             f"only {total} requests: nothing would be measured")
+    startup_gc.resume()   # the process's start-up is over: its objects frozen, the collector on
     with limits.clock_overflow_is_an_error():
         sim.run(progress=(lambda t, done: progress(t, done, total)) if progress else None)
 
