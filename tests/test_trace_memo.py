@@ -41,3 +41,19 @@ def test_changed_bytes_are_read_again(tmp_path, monkeypatch):
 def test_session_traces_are_not_memoised(tmp_path):
     assert trace._memo_key(tmp_path / "x.jsonl", "mooncake-sessions", None) is None
     assert trace._memo_key(tmp_path / "missing.csv", "azure", None) is None
+
+
+def test_the_summary_hash_is_the_one_the_memo_took(tmp_path, monkeypatch):
+    path = tmp_path / "t.csv"
+    _write(path, [(100, 10), (200, 20)])
+    hashed = []
+    real = trace.file_sha256
+    monkeypatch.setattr(trace, "file_sha256", lambda p: hashed.append(p) or real(p))
+    load_trace(path, "azure")
+    assert trace.trace_sha256(path) == real(path) and len(hashed) == 1   # no second read
+    _write(path, [(700, 10), (800, 20)])   # changed with no load between: hashed afresh
+    assert trace.trace_sha256(path) == real(path) and len(hashed) == 2
+    load_trace(path, "azure")
+    other = tmp_path / "u.csv"
+    _write(other, [(1, 1)])
+    assert trace.trace_sha256(other) == real(other)   # not the file last read: hashed now

@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 import sys
 
+from servesim import startup_gc
+
 # Names that lived here before the commands moved to cli_app.py (`from servesim.cli import app`).
 _APP_NAMES = ("app", "RAY_LOCAL", "_optional_ray_address", "_fail")
 
@@ -57,7 +59,8 @@ def version_line() -> str:
     return f"servesim {__version__} (models {engine_versions_line()})"
 
 
-def main() -> None:
+def _run_plain_or_version() -> None:
+    """`--version`, or a plain `servesim run` without typer: either exits; anything else returns."""
     # pydantic looks for third-party plugins through every installed package's entry points
     # on its first validation (~15 ms of start-up); servesim's schema needs none.
     os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
@@ -70,6 +73,16 @@ def main() -> None:
     params = parse_run_argv(sys.argv[1:])
     if params is not None:
         sys.exit(run_command(params))
+
+
+def main() -> None:
+    # A plain run's start-up objects are frozen once its cluster is built (startup_gc.py); any
+    # other command line runs with the collector as it found it.
+    startup_gc.pause()
+    try:
+        _run_plain_or_version()   # returns for the typer app's command lines
+    finally:   # (and after a plain run that stopped before its simulation: nothing to freeze)
+        startup_gc.resume(freeze=False)
     from servesim import cli_app
     from servesim.cli_usage import run_app
     from servesim.errors import ServesimError

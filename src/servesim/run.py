@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from servesim import __version__, limits
+from servesim import __version__, limits, startup_gc
 from servesim.api_checks import check_simulate_arguments
 from servesim.cluster.build import build_cluster
 from servesim.cluster.engine_choice import choose_engines
@@ -29,7 +29,7 @@ from servesim.workload.agentic_trace import AgenticClient
 from servesim.workload.session_trace import TraceSessionClient
 from servesim.workload.sessions import session_client
 from servesim.workload.synthetic import content_block_size, generate, synthetic_count
-from servesim.workload.trace import TraceRequest, file_sha256, load_trace
+from servesim.workload.trace import TraceRequest, file_sha256, load_trace, trace_sha256
 
 
 @dataclass
@@ -59,7 +59,7 @@ def _load_requests(run: RunSpec) -> tuple[Iterable[TraceRequest], dict[str, Any]
             from servesim.workload.weka_trace import check_block_size
 
             check_block_size(run.trace_path, workload.trace_block_size)
-        info = {"trace": str(run.trace_path), "trace_format": fmt, "trace_sha256": file_sha256(run.trace_path)}
+        info = {"trace": str(run.trace_path), "trace_format": fmt, "trace_sha256": trace_sha256(run.trace_path)}
         return requests, info
     synthetic = workload.synthetic
     lengths = run.lengths_path
@@ -140,6 +140,7 @@ def simulate(
     if run.warmup_requests >= total:
         raise ServesimError(f"workload.warmup_requests is {run.warmup_requests} but the workload has "
                             f"only {total} requests: nothing would be measured")
+    startup_gc.resume()   # the process's start-up is over: its objects frozen, the collector on
     with limits.clock_overflow_is_an_error():
         sim.run(progress=(lambda t, done: progress(t, done, total)) if progress else None)
 

@@ -39,7 +39,7 @@ from servesim.cluster.fleet import RequestFactory, Role
 from servesim.cluster.router import Router
 from servesim.config.run_spec import TransferSpec
 from servesim.engine.passes import PassResult
-from servesim.engine.request import Request, Status
+from servesim.engine.request import REJECTED, Request
 from servesim.engine.request_path import RequestPath
 from servesim.errors import ServesimError
 from servesim.engine.worker import Worker
@@ -198,7 +198,7 @@ class Simulation:
         request = factory.make(trace_request, now, engine_arrival, max_output, keys)
         request.worker = worker.name
         if factory.rejects(trace_request):
-            request.status = Status.REJECTED
+            request.status = REJECTED
             request.finish_ns = engine_arrival
             self.complete(request, engine_arrival)
             return request
@@ -255,7 +255,7 @@ class Simulation:
         if follow is not None:
             self.push(now, FRONTEND_ARRIVAL, self._on_frontend_arrival, follow)
         if self._follow_ups is not None:
-            rejected = request.status == Status.REJECTED
+            rejected = request.status == REJECTED
             for at, later in self._follow_ups(request.request_id, request.num_output, rejected, now):
                 self.push(at, FRONTEND_ARRIVAL, self._on_follow_up, later)
 

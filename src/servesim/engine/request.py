@@ -22,6 +22,16 @@ class Status(IntEnum):
     ABORTED = 5      # dropped by an abort (cluster/simulation.py's abort), its blocks freed
 
 
+# The members as module globals, for the per-request paths: under CPython 3.11 reading
+# `Status.RUNNING` is a lookup through the enum's metaclass (~75 ns), a global ~15 ns.
+WAITING = Status.WAITING
+RUNNING = Status.RUNNING
+PREEMPTED = Status.PREEMPTED
+FINISHED = Status.FINISHED
+REJECTED = Status.REJECTED
+ABORTED = Status.ABORTED
+
+
 class Request:
     __slots__ = (
         # identity and size
@@ -61,7 +71,7 @@ class Request:
         self.max_tokens = max_tokens              # output tokens the engine will produce
         self.requested_output = requested_output  # as the trace asked, before max_model_len clamps it
         self.keys = keys
-        self.status = Status.WAITING
+        self.status = WAITING
         self.num_computed = 0
         self.num_output = 0
         self.placeholders = 0   # async scheduling: outputs scheduled but not yet delivered

@@ -14,7 +14,7 @@ from collections import deque
 from servesim.engine.kv.cache import KvCache
 from servesim.engine.passes import PassEntry, PassResult, SchedulerOutput
 from servesim.engine.kv.reference_cache import ReferenceKvCache
-from servesim.engine.request import Request, Status
+from servesim.engine.request import FINISHED, PREEMPTED, RUNNING, WAITING, Request
 from servesim.engine.speculative import Speculation
 
 
@@ -119,8 +119,8 @@ class SchedulerCore:
         self.running.append(request)
         request.seq = self.admissions
         self.admissions += 1
-        kind = "new" if request.status == Status.WAITING else "resumed"
-        request.status = Status.RUNNING
+        kind = "new" if request.status == WAITING else "resumed"
+        request.status = RUNNING
         request.num_computed = computed_before
         loaded_tokens = loaded * self.kv.block_size
         if request.cached_tokens is None:
@@ -146,7 +146,7 @@ class SchedulerCore:
         """
         while self.transferred and len(self.running) < limit:
             request = self.transferred.popleft()
-            request.status = Status.RUNNING
+            request.status = RUNNING
             request.seq = self.admissions
             self.admissions += 1
             self.running.append(request)
@@ -158,7 +158,7 @@ class SchedulerCore:
         retracted request's prompt, not its decoded tokens).
         """
         self.kv.free(request, finished=False, keep_blocks=keep_blocks)
-        request.status = Status.PREEMPTED
+        request.status = PREEMPTED
         request.num_computed = 0
         request.stale = request.in_flight   # outputs of passes still in flight arrive stale
         request.placeholders = 0
@@ -239,9 +239,9 @@ class SchedulerCore:
             stale = request.stale > 0
             if stale:
                 request.stale -= entry.tokens
-            if request.status == Status.FINISHED or not entry.samples:
+            if request.status == FINISHED or not entry.samples:
                 continue
-            was_running = request.status == Status.RUNNING
+            was_running = request.status == RUNNING
             produced = run_tokens
             if entry.drafts:
                 request.spec_steps += 1
@@ -271,7 +271,7 @@ class SchedulerCore:
                     if known // block_size > request.num_cached_blocks:
                         self.kv.cache_full_blocks(request, known)
             if request.num_output >= request.max_tokens or request.prompt_len + request.num_output >= max_model_len:
-                request.status = Status.FINISHED
+                request.status = FINISHED
                 if not request.hold_kv:
                     self.kv.free(request)
                 finished.append(request)

@@ -9,7 +9,7 @@ from typing import TextIO
 
 import numpy as np
 
-from servesim.engine.request import Request, Status
+from servesim.engine.request import REJECTED, Request
 
 REQUEST_COLUMNS = (
     "request_id", "arrival_ms", "first_token_ms", "finish_ms", "input_length", "output_length",
@@ -64,7 +64,7 @@ class RequestRecord:
 
 
 def status_of(request: Request) -> int:
-    if request.status == Status.REJECTED:
+    if request.status == REJECTED:
         return 2
     return 1 if request.num_output < request.requested_output else 0
 
@@ -86,22 +86,25 @@ def _cell(text: str) -> str:
 
 
 class RequestTable:
-    """Every request's record, as columns (about 90 bytes a request), in completion order.
+    """Every request's record, in completion order: one row of ints a request (about 150
+    bytes), read as numpy columns.
 
     Iterating or indexing yields `RequestRecord`s sorted by request id.
     """
 
-    _INT_COLUMNS = ("request_id", "arrival_ns", "first_token_ns", "finish_ns", "input_length",
-                    "output_length", "cached_tokens", "preemptions", "first_scheduled_ns",
-                    "requested_output_length", "transfer_start_ns", "transfer_end_ns", "transfer_bytes",
-                    "host_cached_tokens", "engine_arrival_ns", "outbound_ns")
+    # A row's fields, in order; the last three are small codes (a worker name's index, a status).
+    COLUMNS = ("request_id", "arrival_ns", "first_token_ns", "finish_ns", "input_length",
+               "output_length", "cached_tokens", "preemptions", "first_scheduled_ns",
+               "requested_output_length", "transfer_start_ns", "transfer_end_ns", "transfer_bytes",
+               "host_cached_tokens", "engine_arrival_ns", "outbound_ns", "worker", "prefill_worker", "status")
+    _WIDTH = len(COLUMNS)
+    _POSITION = {name: i for i, name in enumerate(COLUMNS)}
+    _CODE_TYPES = {"worker": np.uint16, "prefill_worker": np.uint16, "status": np.int8}
 
     def __init__(self) -> None:
-        for name in self._INT_COLUMNS:
-            setattr(self, name, array("q"))
-        self.worker = array("H")
-        self.prefill_worker = array("H")
-        self.status = array("b")
+        # One flat array, a row per request: appending a request is one `extend` of a tuple,
+        # where a column each took 19 method calls.
+        self._rows = array("q")
         self.workers: list[str] = []
         self._worker_index: dict[str, int] = {}
         self._order: np.ndarray | None = None
@@ -117,25 +120,27 @@ class RequestTable:
         return ids[request_id]
 
     def append(self, request: Request) -> None:
-        self.request_id.append(request.request_id)
-        self.arrival_ns.append(request.arrival_ns)
-        self.first_token_ns.append(_NONE if request.first_token_ns is None else request.first_token_ns)
-        self.finish_ns.append(_NONE if request.finish_ns is None else request.finish_ns)
-        self.input_length.append(request.prompt_len)
-        self.output_length.append(request.num_output)
-        self.cached_tokens.append(request.cached_tokens or 0)
-        self.preemptions.append(request.num_preemptions)
-        self.first_scheduled_ns.append(_NONE if request.first_scheduled_ns is None else request.first_scheduled_ns)
-        self.requested_output_length.append(request.requested_output)
-        self.worker.append(self._name_index(request.worker))
-        self.prefill_worker.append(self._name_index(request.prefill_worker))
-        self.transfer_start_ns.append(_NONE if request.transfer_start_ns is None else request.transfer_start_ns)
-        self.transfer_end_ns.append(_NONE if request.transfer_end_ns is None else request.transfer_end_ns)
-        self.transfer_bytes.append(request.transfer_bytes)
-        self.host_cached_tokens.append(request.host_cached_tokens)
-        self.engine_arrival_ns.append(request.engine_arrival_ns)
-        self.outbound_ns.append(request.outbound_ns)
-        self.status.append(status_of(request))
+        names = self._worker_index
+        worker = names.get(request.worker)
+        if worker is None:
+            worker = self._name_index(request.worker)
+        prefill_worker = names.get(request.prefill_worker)
+        if prefill_worker is None:
+            prefill_worker = self._name_index(request.prefill_worker)
+        first_token = request.first_token_ns
+        finish = request.finish_ns
+        scheduled = request.first_scheduled_ns
+        transfer_start = request.transfer_start_ns
+        transfer_end = request.transfer_end_ns
+        self._rows.extend((
+            request.request_id, request.arrival_ns,
+            _NONE if first_token is None else first_token, _NONE if finish is None else finish,
+            request.prompt_len, request.num_output, request.cached_tokens or 0, request.num_preemptions,
+            _NONE if scheduled is None else scheduled, request.requested_output,
+            _NONE if transfer_start is None else transfer_start, _NONE if transfer_end is None else transfer_end,
+            request.transfer_bytes, request.host_cached_tokens, request.engine_arrival_ns, request.outbound_ns,
+            worker, prefill_worker, status_of(request),
+        ))
         self._order = None
 
     def _name_index(self, name: str) -> int:
@@ -146,12 +151,14 @@ class RequestTable:
         return index
 
     def __len__(self) -> int:
-        return len(self.request_id)
+        return len(self._rows) // self._WIDTH
 
     def column(self, name: str) -> np.ndarray:
         """A column as a numpy array, in completion order (-1 stands for none)."""
-        dtype = {"worker": np.uint16, "prefill_worker": np.uint16, "status": np.int8}.get(name, np.int64)
-        return np.frombuffer(getattr(self, name), dtype=dtype)
+        rows = np.frombuffer(self._rows, dtype=np.int64).reshape(-1, self._WIDTH)
+        values = rows[:, self._POSITION[name]]
+        code_type = self._CODE_TYPES.get(name)
+        return values if code_type is None else values.astype(code_type)
 
     def id_order(self) -> np.ndarray:
         """Positions of the records in request-id order."""
@@ -163,20 +170,24 @@ class RequestTable:
         return self._order
 
     def _record(self, i: int) -> RequestRecord:
-        def opt(col: array) -> int | None:
-            value = col[i]
+        width = self._WIDTH
+        (request_id, arrival, first_token, finish, input_length, output_length, cached, preemptions,
+         scheduled, requested, transfer_start, transfer_end, transfer_bytes, host_cached, _, _,
+         worker, prefill_worker, status) = self._rows[i * width:(i + 1) * width]
+
+        def opt(value: int) -> int | None:
             return None if value == _NONE else value
 
         return RequestRecord(
-            request_id=self.request_id[i], arrival_ns=self.arrival_ns[i], first_token_ns=opt(self.first_token_ns),
-            finish_ns=opt(self.finish_ns), input_length=self.input_length[i], output_length=self.output_length[i],
-            cached_tokens=self.cached_tokens[i], preemptions=self.preemptions[i], worker=self.workers[self.worker[i]],
-            first_scheduled_ns=opt(self.first_scheduled_ns),
-            requested_output_length=self.requested_output_length[i], status=STATUSES[self.status[i]],
-            prefill_worker=self.workers[self.prefill_worker[i]], transfer_start_ns=opt(self.transfer_start_ns),
-            transfer_end_ns=opt(self.transfer_end_ns), transfer_bytes=self.transfer_bytes[i],
-            host_cached_tokens=self.host_cached_tokens[i],
-            trace_request_id=self.trace_id_of(self.request_id[i]), error=self.errors.get(self.request_id[i], ""),
+            request_id=request_id, arrival_ns=arrival, first_token_ns=opt(first_token),
+            finish_ns=opt(finish), input_length=input_length, output_length=output_length,
+            cached_tokens=cached, preemptions=preemptions, worker=self.workers[worker],
+            first_scheduled_ns=opt(scheduled),
+            requested_output_length=requested, status=STATUSES[status],
+            prefill_worker=self.workers[prefill_worker], transfer_start_ns=opt(transfer_start),
+            transfer_end_ns=opt(transfer_end), transfer_bytes=transfer_bytes,
+            host_cached_tokens=host_cached,
+            trace_request_id=self.trace_id_of(request_id), error=self.errors.get(request_id, ""),
         )
 
     def __getitem__(self, position: int) -> RequestRecord:

@@ -40,6 +40,7 @@ def slim_summary(summary: dict) -> dict:
 
 def run_trial(config: dict) -> Outcome:
     """Simulate one trial config; a failure is returned as its error, never raised."""
+    from servesim import startup_gc
     from servesim.errors import ServesimError
     from servesim.run import simulate
 
@@ -54,6 +55,8 @@ def run_trial(config: dict) -> Outcome:
         where = traceback.extract_tb(err.__traceback__)[-1]
         message = f"{type(err).__name__}: {err} (at {where.filename.rsplit('/', 1)[-1]}:{where.lineno})"
         return {"status": "error", "summary": None, "error": message, "wall_time_s": time.perf_counter() - start}
+    finally:   # a first trial that failed before its simulation: the collector back on, nothing frozen
+        startup_gc.resume(freeze=False)
     return {"status": "ok", "summary": slim_summary(result.summary), "error": None,
             "wall_time_s": time.perf_counter() - start}
 
@@ -103,6 +106,10 @@ def _watch_parent(parent_pid: int) -> None:
 
 
 def _init_worker(parent_pid: int, started_from_main_thread: bool) -> None:
+    from servesim import startup_gc
+
+    # The worker's imports come with its first trial, whose simulation freezes them (startup_gc.py).
+    startup_gc.pause()
     # Ctrl-C is the coordinator's to handle; workers are stopped by it.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     # PR_SET_PDEATHSIG fires when the *thread* that spawned us ends: only safe from the main thread.

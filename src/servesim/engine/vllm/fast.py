@@ -23,7 +23,7 @@ from servesim.engine.vllm.decode_group import DecodeGroup
 from servesim.engine.vllm.group_runs import GroupRuns
 from servesim.engine.kv.cache import ceil_div
 from servesim.engine.passes import PassEntry, PassResult, SchedulerOutput
-from servesim.engine.request import Request, Status
+from servesim.engine.request import FINISHED, RUNNING, Request
 from servesim.engine.vllm.scheduler import VllmScheduler
 
 
@@ -288,7 +288,7 @@ class FastVllmScheduler(GroupRuns, VllmScheduler):
             self._preempt(victim)
             out.preempted.append(victim)
         for request, num_new, joins in plan:
-            if request.status != Status.RUNNING:
+            if request.status != RUNNING:
                 break   # preempted as a victim, and so is everyone after it
             while not kv.allocate(request, num_new):
                 victim = running.pop()
@@ -296,7 +296,7 @@ class FastVllmScheduler(GroupRuns, VllmScheduler):
                 out.preempted.append(victim)
                 if victim is request:
                     break
-            if request.status != Status.RUNNING:
+            if request.status != RUNNING:
                 break
             self._place(out, request, num_new, joins, step)
         return True
@@ -319,9 +319,9 @@ class FastVllmScheduler(GroupRuns, VllmScheduler):
             stale = request.stale > 0
             if stale:
                 request.stale -= entry.tokens
-            if request.status == Status.FINISHED or not entry.samples:
+            if request.status == FINISHED or not entry.samples:
                 continue
-            was_running = request.status == Status.RUNNING
+            was_running = request.status == RUNNING
             request.num_output += 1
             delivered.append(request)
             if async_on:
@@ -332,7 +332,7 @@ class FastVllmScheduler(GroupRuns, VllmScheduler):
             if request.group_first < 0 and (
                 request.num_output >= request.max_tokens or request.num_tokens >= self.max_model_len
             ):
-                request.status = Status.FINISHED
+                request.status = FINISHED
                 ending.append(request)
 
         step = done.group_step
@@ -381,7 +381,7 @@ class FastVllmScheduler(GroupRuns, VllmScheduler):
                 member.last_token_ns = end_ns
             group.settle(member, step, step)
             del group.members[member.seq]
-            member.status = Status.FINISHED
+            member.status = FINISHED
             ending.append(member)
         group.done_step = step
         group.done_end_ns = end_ns

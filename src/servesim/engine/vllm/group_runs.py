@@ -33,7 +33,7 @@ from __future__ import annotations
 from itertools import accumulate
 
 from servesim.engine.passes import PassResult, PassRun, SchedulerOutput
-from servesim.engine.request import Request, Status
+from servesim.engine.request import FINISHED, Request
 
 
 class GroupRuns:
@@ -256,7 +256,7 @@ class GroupRuns:
             member.last_token_ns = end_ns
             group.settle(member, step, step)
             del group.members[member.seq]
-            member.status = Status.FINISHED
+            member.status = FINISHED
         leaving.sort(key=lambda r: r.seq)
         kv = self.kv
         for member in leaving:

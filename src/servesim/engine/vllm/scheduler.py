@@ -12,7 +12,7 @@ from __future__ import annotations
 from servesim.engine.kv.cache import KvCache
 from servesim.engine.passes import PassEntry, SchedulerOutput
 from servesim.engine.kv.reference_cache import ReferenceKvCache
-from servesim.engine.request import Request, Status
+from servesim.engine.request import RUNNING, Request
 from servesim.engine.scheduler_core import SchedulerCore
 
 
@@ -115,7 +115,7 @@ class VllmScheduler(SchedulerCore):
             running.append(request)
             request.seq = self.admissions
             self.admissions += 1
-            request.status = Status.RUNNING
+            request.status = RUNNING
             out.entries.append(PassEntry(request, num_new, request.num_computed, "new"))
             budget -= num_new
         while budget > 0 and waiting:
