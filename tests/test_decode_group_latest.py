@@ -46,3 +46,21 @@ def test_latest_final_is_the_members_maximum_after_every_removal(ops):
             group.remove(victim, step)
             assert group.latest_final == max((m.group_final for m in group.members.values()), default=0)
     assert len(group.latest_heap) <= 2 * len(group.members) + 65
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 60), st.integers(1, 80)), min_size=1, max_size=60))
+def test_retiring_after_a_long_jump_leaves_the_totals_of_one_step_at_a_time(ops):
+    """retire_before after a run (a jump past more steps than the group has finals) visits the
+    finals held instead of every step: the same members leave the running totals."""
+    groups = DecodeGroup(16), DecodeGroup(16)
+    step = 1
+    for seq, (remaining, jump) in enumerate(ops):
+        for group in groups:
+            group.join(_member(seq, remaining), step)
+        groups[0].retire_before(step + jump)        # one call over the jump (a run's)
+        for one in range(step + 1, step + jump + 1):
+            groups[1].retire_before(one)            # a step at a time (the range branch)
+        step += jump
+        totals = [(g.active, g.context_base, g.buckets, sorted(g.retire_at), g.retired_through) for g in groups]
+        assert totals[0] == totals[1]

@@ -491,3 +491,49 @@ def test_a_freed_requests_chunks_skip_its_hold_without_a_call(monkeypatch):
     assert [kv.ref_cnt[block] for block in hits] == [1, 1, 1]
     kv.free(c)
     assert not any(kv.ref_cnt) and kv.num_free == 15
+
+
+@pytest.mark.parametrize("cache", [KvCache, ReferenceKvCache])
+def test_stale_copies_past_a_runs_head_are_skipped(cache):
+    """A hit takes a head of a chain, so the stale copies in the part of a run being taken are
+    usually the part's first blocks (take's short path). Second copies make another shape: B
+    computes the prompt A computed; A's deepest blocks are evicted, so B's copies of them become
+    the first; a hit then takes A's two left and B's third: B's run has its stale copy at its end.
+    Block size 4, trace blocks of 16 tokens (one prefix id: four blocks), 8 usable blocks."""
+    kv = cache(num_gpu_blocks=9, block_size=4, enable_caching=True, max_model_len=64)
+    interner = PrefixInterner()
+
+    def request(request_id, prompt_len, hash_ids):
+        return Request(request_id, 0, 0, prompt_len, 4, 4, BlockKeys(request_id, prompt_len, hash_ids, 4, 16, interner))
+
+    def admit(r, hits):
+        assert kv.admit(r, hits, r.num_tokens - 4 * len(hits), has_running=False)
+        r.num_computed = r.num_tokens
+
+    a, b = request(0, 16, (0,)), request(1, 16, (0,))
+    a_hits, b_hits = kv.lookup(a), kv.lookup(b)           # both before either caches: no hits
+    admit(a, a_hits)
+    admit(b, b_hits)                                      # b's blocks are second copies of a's
+    assert kv.num_free == 0
+    a_blocks, b_blocks = list(a.blocks), list(b.blocks)
+    kv.free(a)
+    e = request(2, 8, None)
+    admit(e, [])                                          # takes a3, a2: b's copies of them stay
+    assert kv.cached_prefix_blocks(a.keys) == 4
+    kv.free(b)                                            # queue: a1 a0 | b3 b2 b1 b0
+    c = request(3, 16, (0,))
+    c_hits = kv.lookup(c)
+    assert c_hits == [a_blocks[0], a_blocks[1], b_blocks[2]]
+    admit(c, c_hits)                                      # its fourth block: b3 (a0, a1 stale)
+    assert kv.num_free == 2
+    if cache is KvCache:
+        (run,) = kv.lru
+        assert [kv.left_queue.get(block, -1) >= run.serial for block in run] == [False, False, True]
+    d = request(4, 8, None)
+    admit(d, [])                                          # b1 and b0: b2 is c's, its copy stale
+    assert kv.num_free == 0
+    assert kv.cached_prefix_blocks(c.keys) == 4           # c's blocks, the only copies left
+    for r in (c, d, e):
+        kv.free(r)
+    assert kv.num_free == 8
+    assert len(kv.lookup(request(5, 20, (0,)))) == 4

@@ -15,6 +15,7 @@ from servesim.cluster.build import build_cluster
 from servesim.cluster.engine_choice import choose_engines
 from servesim.config import SimulationConfig, config_hash, load_config
 from servesim.errors import ServesimError
+from servesim.gc_pace import young_collections_paced
 from servesim.metrics.collector import Collector
 from servesim.metrics.cost import check_cost, energy_and_cost
 from servesim.metrics.records import RequestTable
@@ -74,6 +75,7 @@ def _load_requests(run: RunSpec) -> tuple[Iterable[TraceRequest], dict[str, Any]
     return stream, info
 
 
+@young_collections_paced()
 def simulate(
     config: SimulationConfig | dict | str | Path | None = None,
     *,

@@ -96,23 +96,35 @@ class FreeQueue:
                         del keys[-count:]
                     # isdisjoint stops at the first shared block and builds nothing: the usual case.
                     if left_queue and not left_queue.keys().isdisjoint(part):
-                        if part_keys is None:
-                            part_keys = entry.chain.shared_keys(lo, lo + count)
                         marked = left_queue.keys() & part
                         # This is the oldest run, so a block still free here has no other copy
                         # queued: its mark has served and goes. Copies further in wait until taken.
                         # Only the marked blocks are looked at one by one (a set meet, in C).
                         stale = {b for b in marked if left_queue[b] >= serial}
                         if stale:
-                            live = [i for i, b in enumerate(part) if b not in stale]
-                            part, part_keys = [part[i] for i in live], [part_keys[i] for i in live]
-                            self.stale -= count - len(part)
+                            self.stale -= len(stale)
+                            cut = len(stale)
+                            if stale == set(part[:cut]):
+                                # The usual shape: a hit takes a head of a chain, so the stale
+                                # copies are the part's first blocks (a run's blocks are distinct).
+                                part = part[cut:]
+                                if part_keys is None:
+                                    lo += cut
+                                else:
+                                    part_keys = part_keys[cut:]
+                            else:
+                                if part_keys is None:
+                                    part_keys = entry.chain.shared_keys(lo, lo + count)
+                                live = [i for i, b in enumerate(part) if b not in stale]
+                                part, part_keys = [part[i] for i in live], [part_keys[i] for i in live]
+                            marked -= stale
                         for b in marked:
-                            if b not in stale:
-                                del left_queue[b]
-                    if part_keys is None:
+                            del left_queue[b]
+                    if not part:
+                        pass
+                    elif part_keys is None:
                         self._evict_chain(part, entry.chain, lo)
-                    elif part:
+                    else:
                         self._evict(part, part_keys)
                     into.extend(part)
                     self.keyed_free -= len(part)

@@ -94,9 +94,18 @@ class DecodeGroup:
 
     def retire_before(self, step: int) -> None:
         """Members whose last step comes before `step` are no longer scheduled."""
-        for final in range(self.retired_through + 1, step):
-            for member in self.retire_at.pop(final, ()):
-                self._deactivate(member)
+        retire_at = self.retire_at
+        first = self.retired_through + 1
+        if step - first > len(retire_at):
+            # After a fast-forwarded run: visit the finals held, not every step of the run (the
+            # same members leave the totals, whose sums do not depend on the order).
+            for final in [final for final in retire_at if first <= final < step]:
+                for member in retire_at.pop(final):
+                    self._deactivate(member)
+        else:
+            for final in range(first, step):
+                for member in retire_at.pop(final, ()):
+                    self._deactivate(member)
         if step - 1 > self.retired_through:
             self.retired_through = step - 1
 
