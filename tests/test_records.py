@@ -88,3 +88,16 @@ def test_histogram_add_many_short_and_bisected_paths_agree(monkeypatch, short):
             one_by_one.count, one_by_one.total, one_by_one.total_sq, one_by_one.zeros)
 
     check()
+
+
+def test_more_worker_names_than_the_code_columns_hold_is_an_error():
+    # Worker codes are read back as uint16: the 65,537th name would wrap to code 0.
+    from servesim.errors import ServesimError
+    from servesim.metrics.records import RequestTable
+
+    table = RequestTable()
+    for index in range(0x10000):
+        assert table._name_index(f"w{index}") == index
+    assert table._name_index("w65535") == 0xFFFF   # a name already known is no new code
+    with pytest.raises(ServesimError, match="more than 65,536 workers"):
+        table._name_index("one-too-many")

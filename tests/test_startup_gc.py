@@ -60,3 +60,38 @@ def test_resume_without_freezing(monkeypatch):
     assert not fake.enabled
     startup_gc.resume()
     assert fake.enabled and fake.freezes == 1
+
+
+def test_a_frozen_start_up_leaves_the_simulation_free_to_go(monkeypatch):
+    # With the real collector: a sweep worker pauses it, and its first trial's simulation
+    # freezes the start-up; that simulation (workers pointing back at it: a cycle) must still
+    # be freed once the trial is over, or each worker would keep its first trial for good.
+    import gc
+    import weakref
+
+    import servesim
+    from servesim import run as run_module
+
+    monkeypatch.setattr(startup_gc, "_paused", False)
+    monkeypatch.setattr(startup_gc, "_frozen", False)
+    built = []
+    real_build = run_module.build_cluster
+
+    def build_and_watch(*args, **kwargs):
+        sim = real_build(*args, **kwargs)
+        built.append(weakref.ref(sim))
+        return sim
+
+    monkeypatch.setattr(run_module, "build_cluster", build_and_watch)
+    was_enabled = gc.isenabled()
+    startup_gc.pause()
+    try:
+        servesim.simulate({"workload": {"synthetic": {"num_requests": 4, "input_length": 32,
+                                                      "output_length": 4}}})
+        assert startup_gc._frozen and gc.isenabled()
+        gc.collect()
+        assert len(built) == 1 and built[0]() is None
+    finally:
+        gc.unfreeze()   # give this test process its heap back
+        if not was_enabled:
+            gc.disable()

@@ -76,7 +76,7 @@ def _run_plain_or_version() -> None:
 
 
 def main() -> None:
-    # A plain run's start-up objects are frozen once its cluster is built (startup_gc.py); any
+    # A plain run's start-up objects are frozen before its cluster is built (startup_gc.py); any
     # other command line runs with the collector as it found it.
     startup_gc.pause()
     try:

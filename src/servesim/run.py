@@ -129,6 +129,10 @@ def simulate(
     else:
         client = make_client(cfg.workload.client, requests, run.seed, total=synthetic_count(cfg.workload))
 
+    # Start-up is over: what exists now (modules, schema, config, trace) is frozen. The cluster
+    # is built after the freeze, since a sweep worker must be able to free its trials'
+    # simulations (each holds cycles: workers point back at it).
+    startup_gc.resume()
     collector = Collector(pass_log, run.warmup_requests, token_times=detailed)
     engines = choose_engines(run, pass_log is not None, detailed)
     sim = build_cluster(run, engines, client, collector, requests)
@@ -142,7 +146,6 @@ def simulate(
     if run.warmup_requests >= total:
         raise ServesimError(f"workload.warmup_requests is {run.warmup_requests} but the workload has "
                             f"only {total} requests: nothing would be measured")
-    startup_gc.resume()   # the process's start-up is over: its objects frozen, the collector on
     with limits.clock_overflow_is_an_error():
         sim.run(progress=(lambda t, done: progress(t, done, total)) if progress else None)
 

@@ -1,12 +1,14 @@
 """The cyclic garbage collector paused while a process starts, and its start-up objects frozen.
 
 Importing numpy, pydantic and servesim and building the config schema make some 40,000
-objects that live as long as the process. With the collector on, every young-generation
+objects that live as long as the process (as do a run's config and trace). With the collector on, every young-generation
 collection during start-up traverses the newest of them again, and every full collection
 traverses all of them: about 2.5% of the instructions of a 2,000-request `servesim run`, and
 a full collection now and then in each sweep trial. So the entry points pause the collector
-(`pause`) and the first simulation, once it has built its cluster, moves everything made so far
-into the permanent generation (`gc.freeze`) and turns the collector back on (`resume`). What is
+(`pause`) and the first simulation, once it has loaded its config and trace and before it builds
+its cluster, moves everything made so far into the permanent generation (`gc.freeze`) and turns
+the collector back on (`resume`). The cluster stays out of the freeze: a simulation holds cycles
+(its workers point back at it), and a sweep worker must be able to free each trial's. What is
 simulated is not changed: only when unreachable cycles are freed, and the start-up leaves few.
 """
 

@@ -10,6 +10,7 @@ from typing import TextIO
 import numpy as np
 
 from servesim.engine.request import REJECTED, Request
+from servesim.errors import ServesimError
 
 REQUEST_COLUMNS = (
     "request_id", "arrival_ms", "first_token_ms", "finish_ms", "input_length", "output_length",
@@ -20,6 +21,7 @@ REQUEST_COLUMNS = (
 )
 STATUSES = ("ok", "length_capped", "rejected")
 _NONE = -1
+_MAX_WORKER_CODE = 0xFFFF   # worker codes are stored in uint16 columns
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,6 +148,9 @@ class RequestTable:
     def _name_index(self, name: str) -> int:
         index = self._worker_index.get(name)
         if index is None:
+            if len(self.workers) > _MAX_WORKER_CODE:   # the code columns read as uint16
+                raise ServesimError(f"a run's requests name more than {_MAX_WORKER_CODE + 1:,} workers; "
+                                    f"servesim records at most that many")
             index = self._worker_index[name] = len(self.workers)
             self.workers.append(name)
         return index

@@ -34,7 +34,9 @@ from servesim.engine.passes import PassEntry, SchedulerOutput
 def can_extend_with_behind(scheduler, decided: SchedulerOutput, steps: int) -> bool:
     """Is the call behind this run the decode pass described above (settled before any change)?"""
     deficit = scheduler._run_deficit
-    if (deficit is None or not scheduler.behind_at_run_start or not scheduler.async_scheduling or scheduler.speculation is not None
+    # (A deficit is set only on one-token pages, which extend_with_behind relies on.)
+    if (deficit is None or scheduler.kv.block_size != 1 or not scheduler.behind_at_run_start
+            or not scheduler.async_scheduling or scheduler.speculation is not None
             or scheduler.chunked is not None or scheduler.transferred):
         return False
     count = len(decided.entries)
