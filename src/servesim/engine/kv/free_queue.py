@@ -120,12 +120,11 @@ class FreeQueue:
                             marked -= stale
                         for b in marked:
                             del left_queue[b]
-                    if not part:
-                        pass
-                    elif part_keys is None:
-                        self._evict_chain(part, entry.chain, lo)
-                    else:
-                        self._evict(part, part_keys)
+                    if part:
+                        if part_keys is None:
+                            self._evict_chain(part, entry.chain, lo)
+                        else:
+                            self._evict(part, part_keys)
                     into.extend(part)
                     self.keyed_free -= len(part)
                     remaining -= len(part)

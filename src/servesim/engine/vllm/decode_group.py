@@ -92,20 +92,21 @@ class DecodeGroup:
         if final > self.latest_final:
             self.latest_final = final
 
+    def finals_between(self, first: int, stop: int) -> list[int]:
+        """The steps in [first, stop) that some member was given as its last (its list may be
+        empty since), in order. After a fast-forwarded run the range is longer than there are
+        finals held: those are visited, not every step of the run."""
+        retire_at = self.retire_at
+        if stop - first > len(retire_at):
+            return sorted(final for final in retire_at if first <= final < stop)
+        return [final for final in range(first, stop) if final in retire_at]
+
     def retire_before(self, step: int) -> None:
         """Members whose last step comes before `step` are no longer scheduled."""
         retire_at = self.retire_at
-        first = self.retired_through + 1
-        if step - first > len(retire_at):
-            # After a fast-forwarded run: visit the finals held, not every step of the run (the
-            # same members leave the totals, whose sums do not depend on the order).
-            for final in [final for final in retire_at if first <= final < step]:
-                for member in retire_at.pop(final):
-                    self._deactivate(member)
-        else:
-            for final in range(first, step):
-                for member in retire_at.pop(final, ()):
-                    self._deactivate(member)
+        for final in self.finals_between(self.retired_through + 1, step):
+            for member in retire_at.pop(final):
+                self._deactivate(member)
         if step - 1 > self.retired_through:
             self.retired_through = step - 1
 

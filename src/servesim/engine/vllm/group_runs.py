@@ -108,9 +108,7 @@ class GroupRuns:
         if not self._run_crosses:
             return []   # the run ends at the first member's last step
         retire_at = self.group.retire_at
-        if last - first > len(retire_at):   # a long run: look at the finals held, not at every step
-            return sorted(step for step, members in retire_at.items() if first <= step < last and members)
-        return [step for step in range(first, last) if retire_at.get(step)]
+        return [step for step in self.group.finals_between(first, last) if retire_at[step]]
 
     def run_segments(self, decided: SchedulerOutput, steps: int) -> list[tuple[int, int, int]]:
         """The run's steps as (steps, decoding requests, their total context in the first)."""
