@@ -129,7 +129,9 @@ class FastVllmScheduler(GroupRuns, VllmScheduler):
                 return None
         else:
             if members:
-                kv.take(group.blocks_needed(step), group.private_blocks)
+                need = group.blocks_needed(step)
+                if need:   # most steps need no new block (one in block_size per member)
+                    kv.take(need, group.private_blocks)
             for request, num_new, joins in plan:
                 kv.allocate(request, num_new)
                 self._place(out, request, num_new, joins, step)

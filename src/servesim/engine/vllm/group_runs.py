@@ -187,7 +187,9 @@ class GroupRuns:
                 for one in range(taken + 1, step + 1):
                     free -= group.blocks_for_steps(one, 1)
                     free_blocks.append(free)
-            kv.take(group.blocks_for_steps(taken + 1, step - taken), pool)
+            need = group.blocks_for_steps(taken + 1, step - taken)
+            if need:   # a short stretch between finishes often needs no new block
+                kv.take(need, pool)
             taken = step
 
         def segment(scheduled: SchedulerOutput, final: int) -> PassRun:
