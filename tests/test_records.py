@@ -101,3 +101,23 @@ def test_more_worker_names_than_the_code_columns_hold_is_an_error():
     assert table._name_index("w65535") == 0xFFFF   # a name already known is no new code
     with pytest.raises(ServesimError, match="more than 65,536 workers"):
         table._name_index("one-too-many")
+
+
+def test_tpot_cells_in_bulk_are_the_per_cell_division():
+    # The bulk division must write what `_ms(span / (output - 1))` writes for each cell: spans
+    # that are whole, fractional and repeating, undefined cells (blank), and spans past 2**53 ns
+    # (divided one by one: doubles no longer hold such ints exactly).
+    import numpy as np
+
+    from servesim.metrics.records import RequestTable, _ms
+
+    rng = np.random.default_rng(7)
+    spans = [*rng.integers(0, 10**13, 500).tolist(), 20_000_000, 10_000_000, 1, 7, 0, 2**53 - 1]
+    outputs = [*rng.integers(0, 5_000, 500).tolist(), 3, 2, 3, 4, 2, 3]
+    for extra in ([], [(2**53 + 1, 3)]):
+        span = np.array(spans + [s for s, _ in extra], dtype=np.int64)
+        output = np.array(outputs + [o for _, o in extra], dtype=np.int64)
+        defined = output >= 2
+        cells = RequestTable._tpot_cells(span, output, defined)
+        assert cells == [_ms(s / (o - 1)) if o >= 2 else "" for s, o in zip(span.tolist(), output.tolist())]
+    assert RequestTable._tpot_cells(np.array([20_000_000]), np.array([3]), np.array([True])) == ["10"]

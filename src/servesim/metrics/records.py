@@ -21,6 +21,7 @@ REQUEST_COLUMNS = (
 )
 STATUSES = ("ok", "length_capped", "rejected")
 _NONE = -1
+_EXACT = 1 << 53   # ints below it are exact as doubles
 _MAX_WORKER_CODE = 0xFFFF   # worker codes are stored in uint16 columns
 
 
@@ -240,6 +241,21 @@ class RequestTable:
         transferred = np.where(started & handed, engine_first - transfer, _NONE)
         return path, queue, prefill, transferred
 
+    @staticmethod
+    def _tpot_cells(span: np.ndarray, output: np.ndarray, defined: np.ndarray) -> list[str]:
+        """TPOT cells (ms): the span from first token to finish over the output's gaps, as `_ms`
+        writes `span / (output - 1)`, blank where undefined.
+
+        Divided in bulk: ints below 2**53 are exact as doubles, and Python divides two such
+        ints as doubles too, so the quotients are the same; the per-cell call was 8 ms of
+        row 5's 12,031 rows. Longer spans (over 104 days) are divided one by one."""
+        gaps = np.maximum(output - 1, 1)
+        if not len(span) or int(np.abs(span).max()) >= _EXACT or int(gaps.max()) >= _EXACT:
+            return [_ms(end / (count - 1)) if ok else ""
+                    for end, count, ok in zip(span.tolist(), output.tolist(), defined.tolist())]
+        ms = (span / gaps / 1e6).tolist()
+        return [f"{x:.6f}".rstrip("0").rstrip(".") if ok else "" for x, ok in zip(ms, defined.tolist())]
+
     def _write_rows(self, fh: TextIO, order: np.ndarray) -> None:
         def ints(name: str) -> np.ndarray:
             return self.column(name)[order]
@@ -273,11 +289,7 @@ class RequestTable:
         ttft = np.where(started, first - arrival, _NONE)
         e2e = np.where(finished, finish - arrival, _NONE)
         tpot_defined = finished & (output >= 2)
-        tpot = [
-            _ms((end - begin) / (count - 1)) if defined else ""
-            for end, begin, count, defined in zip(
-                finish.tolist(), first.tolist(), output.tolist(), tpot_defined.tolist())
-        ]
+        tpot = self._tpot_cells(finish - first, output, tpot_defined)
         ids = ints("request_id").tolist()
         trace_ids = [""] * len(ids) if self.trace_ids is None else [_cell(self.trace_id_of(i)) for i in ids]
         errors = [_cell(self.errors.get(i, "")) for i in ids] if self.errors else [""] * len(ids)
