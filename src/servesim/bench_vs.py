@@ -187,7 +187,13 @@ def spread(values: list[float]) -> str:
 
 
 VS_HEADER = ("| row | workload | pairs | servesim wall s | AISimulate wall s | wall ratio | CPU ratio | "
-             "own-clock ratio |\n|---|---|---|---|---|---|---|---|")
+             "servesim own ms | AISimulate own ms | own-clock ratio |\n|---|---|---|---|---|---|---|---|---|---|")
+
+
+def _median_ms(times: list[ProcessTimes]) -> str:
+    """The median of the tools' own clocks (ms), or an empty cell when none reported one."""
+    values = [p.own_ms for p in times if p.own_ms is not None]
+    return f"{statistics.median(values):.0f}" if values else ""
 
 
 def format_pairs(workload, result: Pairs) -> str:
@@ -195,4 +201,5 @@ def format_pairs(workload, result: Pairs) -> str:
     theirs = statistics.median(p.wall_s for p in result.aisimulate)
     return (f"| {workload.key} | {workload.title} | {len(result.servesim)} | {mine:.2f} | {theirs:.2f} | "
             f"{spread(result.ratios('wall_s'))} | {spread(result.ratios('cpu_s'))} | "
+            f"{_median_ms(result.servesim)} | {_median_ms(result.aisimulate)} | "
             f"{spread(result.ratios('own_ms'))} |")
