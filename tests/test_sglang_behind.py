@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import servesim
+from servesim.engine.decode_runs import DecodeRuns
 from servesim.engine.passes import SchedulerOutput
 from servesim.engine.sglang import behind
 from servesim.engine.sglang.fast import FastSglangScheduler
@@ -129,3 +130,49 @@ def test_a_change_before_the_pass_behind_is_handed_over_is_refused():
         scheduler.add_request(None)
     with pytest.raises(RuntimeError, match="servesim bug"):
         scheduler.add_transferred(None)
+
+
+def _check_behind_shortcut(monkeypatch) -> dict:
+    """Every run count asked of a pass behind a run is checked against the full count
+    (`DecodeRuns.quiet_steps`); counts the ones settled without `_quiet_pages`' loop."""
+    counts = {"skipped": 0, "full_loops": 0}
+    quiet, pages = FastSglangScheduler.quiet_steps, DecodeRuns._quiet_pages
+
+    def counted_pages(self, *args):
+        counts["full_loops"] += 1
+        return pages(self, *args)
+
+    def checked_quiet(self, decided, limit, now):
+        exact = decided is self._behind_exact
+        loops = counts["full_loops"]
+        steps = quiet(self, decided, limit, now)
+        if exact and counts["full_loops"] == loops:
+            counts["skipped"] += 1
+            assert steps == 0 and DecodeRuns.quiet_steps(self, decided, limit, now) == 0
+        return steps
+
+    monkeypatch.setattr(DecodeRuns, "_quiet_pages", counted_pages)
+    monkeypatch.setattr(FastSglangScheduler, "quiet_steps", checked_quiet)
+    return counts
+
+
+def test_a_pass_behind_short_of_pages_finds_no_run_without_the_loop(tmp_path, monkeypatch):
+    """Row 2s in small retracts when the pages run out: the pass behind each such run has fewer
+    free pages than two a request, and its count is settled at once; every such count is the
+    full one's (0), and the outputs are the reference's (also on random retracting workloads)."""
+    counts = _check_behind_shortcut(monkeypatch)
+    config = _row_2s_small(tmp_path, 900, 0.1)
+    assert_same(config)
+    assert counts["skipped"] >= 3
+    skipped = counts["skipped"]
+
+    @settings(max_examples=25, deadline=None, derandomize=True,
+              suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(_retracting())
+    def run(scenario):
+        rows, sched, client = scenario
+        sched = dict(sched, disable_overlap_schedule=False)
+        assert_same(_config(write_trace(tmp_path / "t.jsonl", rows), sched, client))
+
+    run()
+    assert counts["skipped"] > skipped

@@ -135,3 +135,7 @@ def extend_with_behind(scheduler, decided: SchedulerOutput, steps: int, duration
             kv.cache_full_blocks(request, upto)
         behind.num_tokens = len(decoders)
     scheduler._behind = behind
+    # Each of its decoders now holds exactly its computed tokens' pages; if each also stays two
+    # tokens inside the context limit, a run from it needs two pages a decoder (FastSglangScheduler.quiet_steps).
+    if scheduler._run_latest + steps + 2 <= scheduler.max_model_len:
+        scheduler._behind_exact = behind

@@ -22,9 +22,20 @@ class FastSglangScheduler(DecodeRuns, SglangScheduler):
     # Does the next call's prefill try fail and mark the batch full (engine/sglang/retract_runs.py)?
     # Settled once per run asked for (None: not yet), the mark set as the run is made.
     _full_after_run: bool | None = None
+    # A pass behind a run whose decoders each hold exactly their computed tokens' pages, two tokens
+    # or more inside the context limit (behind.py).
+    _behind_exact: SchedulerOutput | None = None
 
     def quiet_steps(self, decided: SchedulerOutput, limit: int, now: int) -> int:
         self._full_after_run = None
+        exact, self._behind_exact = self._behind_exact, None
+        if decided is exact:
+            # A run from it needs, for its second pass and the one committed behind it, two pages
+            # for each of its requests (one-token pages): with fewer free, `_quiet_pages` finds
+            # no run (either count), so its loop over the batch is skipped. Row 2s retracts
+            # when the pages run out, and the pass behind each of those runs finds none.
+            if 2 * len(decided.entries) > self.kv.num_free:
+                return 0
         return super().quiet_steps(decided, limit, now)
 
     def _admission_quiet(self) -> bool:
