@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 import servesim
 from servesim.engine.decode_runs import DecodeRuns
-from servesim.engine.passes import SchedulerOutput
+from servesim.engine.passes import PassEntry, SchedulerOutput
 from servesim.engine.sglang import behind
 from servesim.engine.sglang.fast import FastSglangScheduler
 from tests.support.equivalence import assert_same
@@ -176,3 +176,24 @@ def test_a_pass_behind_short_of_pages_finds_no_run_without_the_loop(tmp_path, mo
 
     run()
     assert counts["skipped"] > skipped
+
+
+def test_decode_entries_made_without_their_constructor_have_every_field(tmp_path, monkeypatch):
+    """`_commit_decodes` and `extend_with_behind` store a PassEntry's fields themselves (no
+    __init__ call): every field is set, to what the constructor and the reference's marks give."""
+    seen = []
+    schedule = FastSglangScheduler.schedule
+
+    def kept_schedule(self):
+        out = schedule(self)
+        seen.extend(out.entries)
+        return out
+
+    monkeypatch.setattr(FastSglangScheduler, "schedule", kept_schedule)
+    assert_same(_row_2s_small(tmp_path, 900, 0.1))
+    assert len(seen) > 300
+    for entry in seen:
+        fields = {name: getattr(entry, name) for name in PassEntry.__slots__}
+        assert fields["kind"] in ("running", "new", "resumed") and fields["tokens"] >= 1
+        assert isinstance(fields["samples"], bool) and isinstance(fields["is_decode"], bool)
+        assert fields["drafts"] == 0 and fields["computed_before"] >= 0

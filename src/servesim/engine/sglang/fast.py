@@ -189,6 +189,7 @@ class FastSglangScheduler(DecodeRuns, SglangScheduler):
         Each request's blocks and cache mark are settled before its counters move, as when the
         allocation ran first: no request's allocation reads another's counters."""
         kv = self.kv
+        new_entry = object.__new__
         pool: list[int] = []
         kv.take(need, pool)
         position = 0
@@ -213,13 +214,21 @@ class FastSglangScheduler(DecodeRuns, SglangScheduler):
                         kv.cache_full_blocks(request, computed if computed < known else known)
                     else:   # past the shareable prefix: what `cache_full_blocks` does, without the call
                         request.num_cached_blocks = full
-            entry = PassEntry(request, 1, before, "running")
+            # `PassEntry(request, 1, before, "running")`, its fields stored here: no __init__ call.
+            entry = new_entry(PassEntry)
+            entry.request = request
+            entry.tokens = 1
+            entry.computed_before = before
+            entry.kind = "running"
             known += request.placeholders
             request.num_computed = computed
             request.in_flight += 1
             request.is_prefill_chunk = chunk = computed < known
             entry.is_decode = before >= request.prompt_len
-            if not chunk:
+            if chunk:
+                entry.samples = False
+                entry.drafts = 0
+            else:
                 entry.samples = True
                 entry.drafts = drafts = computed - known
                 if overlap:
