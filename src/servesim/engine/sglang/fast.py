@@ -6,12 +6,35 @@ tests/test_sglang_fast_decode.py and tests/test_fast_engine.py)."""
 
 from __future__ import annotations
 
+from operator import attrgetter
+
 from servesim.engine.decode_runs import DecodeRuns
 from servesim.engine.passes import PassEntry, PassResult, SchedulerOutput
 from servesim.engine.request import Status
 from servesim.engine.sglang.behind import can_extend_with_behind, extend_with_behind
 from servesim.engine.sglang.retract_runs import next_prefill_fails, report_first_pass_apart
 from servesim.engine.sglang.scheduler import CLIP_MAX_NEW_TOKENS, RETRACT_DECODE_STEPS, SglangScheduler
+
+
+_num_output = attrgetter("num_output")
+_max_tokens = attrgetter("max_tokens")
+
+
+def _victim_index(decoders: list) -> int:
+    """Where the reference's victim, `min(decoders, key=lambda r: (r.num_output, -r.prompt_len,
+    -r.seq))`, is in `decoders`: the fewest outputs found in C (`map`, `list.index`), and only
+    the requests tied on them compared on the rest (the longest prompt, then the latest
+    admission; the first of full ties, as `min` keeps it)."""
+    outputs = list(map(_num_output, decoders))
+    fewest = min(outputs)
+    index = tie = outputs.index(fewest)
+    best = decoders[index]
+    for _ in range(outputs.count(fewest) - 1):
+        tie = outputs.index(fewest, tie + 1)
+        other = decoders[tie]
+        if (other.prompt_len, other.seq) > (best.prompt_len, best.seq):
+            best, index = other, tie
+    return index
 
 
 class FastSglangScheduler(DecodeRuns, SglangScheduler):
@@ -167,8 +190,8 @@ class FastSglangScheduler(DecodeRuns, SglangScheduler):
         then `new_token_ratio` is reset from the remaining batch. Returns the blocks still needed."""
         kv = self.kv
         while need > kv.num_free and len(decoders) > 1:
-            victim = min(decoders, key=lambda r: (r.num_output, -r.prompt_len, -r.seq))
-            index = decoders.index(victim)
+            index = _victim_index(decoders)
+            victim = decoders[index]
             del decoders[index]
             blocks = needs.pop(index)
             if blocks > 0:
@@ -177,8 +200,9 @@ class FastSglangScheduler(DecodeRuns, SglangScheduler):
             out.preempted.append(victim)
         if out.preempted:
             remaining = self.running
-            self.new_token_ratio = min(1.0, (sum(r.num_output for r in remaining) + RETRACT_DECODE_STEPS
-                                             * len(remaining)) / (sum(r.max_tokens for r in remaining) + 1))
+            # The reference's sums, each one `map` in C.
+            self.new_token_ratio = min(1.0, (sum(map(_num_output, remaining)) + RETRACT_DECODE_STEPS
+                                             * len(remaining)) / (sum(map(_max_tokens, remaining)) + 1))
         elif decoders:
             self.new_token_ratio = max(self.new_token_ratio - self.decay, self.min_ratio)
         return need
