@@ -197,3 +197,30 @@ def test_decode_entries_made_without_their_constructor_have_every_field(tmp_path
         assert fields["kind"] in ("running", "new", "resumed") and fields["tokens"] >= 1
         assert isinstance(fields["samples"], bool) and isinstance(fields["is_decode"], bool)
         assert fields["drafts"] == 0 and fields["computed_before"] >= 0
+
+
+def test_plain_passes_deliver_in_bulk_as_the_reference_names_them(tmp_path, monkeypatch):
+    """A plain pass's tokens to requests whose previous token came as it started go to the
+    collector in aggregate (`FastSglangScheduler.update_from_output`): row 2s in small, retracting
+    or not, with and without overlap, warm-up requests left out as the collector leaves them; the
+    same records, ITL and summaries as the reference's named deliveries, and the bulk path ran
+    (with named deliveries too: first tokens)."""
+    counts = {"bulk": 0, "named": 0}
+    outputs = FastSglangScheduler.update_from_output
+
+    def counted_outputs(self, done):
+        outputs(self, done)
+        if done.run is None:
+            counts["bulk"] += done.aggregate
+            counts["named"] += len(done.delivered)
+
+    monkeypatch.setattr(FastSglangScheduler, "update_from_output", counted_outputs)
+    for pool, ratio in ((900, 0.1), (4000, 0.7)):
+        for overlap_off in (False, True):
+            config = _row_2s_small(tmp_path, pool, ratio)
+            config["engine"]["workers"]["aggregated"]["scheduler"]["disable_overlap_schedule"] = overlap_off
+            config["workload"]["warmup_requests"] = 3
+            bulk = counts["bulk"]
+            assert_same(config)
+            assert counts["bulk"] > bulk
+    assert counts["named"] > 0

@@ -287,6 +287,14 @@ class FastSglangScheduler(DecodeRuns, SglangScheduler):
         caching = kv.enable_caching
         max_len = self.max_model_len
         end_ns = done.end_ns
+        # A plain pass's tokens to requests whose previous token came as it started (one pass
+        # before) are delivered in aggregate, as a run's are (`PassResult.aggregate`, `gap_ns`),
+        # unless every request must be named: the same gaps and delivery count, no collector
+        # visit each.
+        in_bulk = not run and not self.names_requests
+        start_ns = done.start_ns
+        warmup_below = self.warmup_below
+        measured = 0
         done_status, running_status = Status.FINISHED, Status.RUNNING
         for entry in done.scheduled.entries:
             request = entry.request
@@ -301,6 +309,10 @@ class FastSglangScheduler(DecodeRuns, SglangScheduler):
             request.num_output = output = request.num_output + produced
             if run:
                 request.last_token_ns = end_ns
+            elif in_bulk and request.last_token_ns == start_ns and request.first_token_ns is not None:
+                request.last_token_ns = end_ns   # what the collector does for a request it is given
+                if request.request_id >= warmup_below:
+                    measured += 1
             else:
                 deliver(request)
             if overlap:
@@ -323,6 +335,9 @@ class FastSglangScheduler(DecodeRuns, SglangScheduler):
                     stopped_running.add(request.request_id)
                 else:
                     self.waiting.remove(request)
+        if measured:
+            done.aggregate = measured
+            done.gap_ns = end_ns - start_ns
         if stopped_running:
             self.running = [r for r in self.running if r.request_id not in stopped_running]
         if len(self.running) < before:
