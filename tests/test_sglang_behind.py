@@ -13,7 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import servesim
-from servesim.engine.passes import SchedulerOutput
+from servesim.engine.decode_runs import DecodeRuns
+from servesim.engine.passes import PassEntry, SchedulerOutput
 from servesim.engine.sglang import behind
 from servesim.engine.sglang.fast import FastSglangScheduler
 from tests.support.equivalence import assert_same
@@ -129,3 +130,97 @@ def test_a_change_before_the_pass_behind_is_handed_over_is_refused():
         scheduler.add_request(None)
     with pytest.raises(RuntimeError, match="servesim bug"):
         scheduler.add_transferred(None)
+
+
+def _check_behind_shortcut(monkeypatch) -> dict:
+    """Every run count asked of a pass behind a run is checked against the full count
+    (`DecodeRuns.quiet_steps`); counts the ones settled without `_quiet_pages`' loop."""
+    counts = {"skipped": 0, "full_loops": 0}
+    quiet, pages = FastSglangScheduler.quiet_steps, DecodeRuns._quiet_pages
+
+    def counted_pages(self, *args):
+        counts["full_loops"] += 1
+        return pages(self, *args)
+
+    def checked_quiet(self, decided, limit, now):
+        exact = decided is self._behind_exact
+        loops = counts["full_loops"]
+        steps = quiet(self, decided, limit, now)
+        if exact and counts["full_loops"] == loops:
+            counts["skipped"] += 1
+            assert steps == 0 and DecodeRuns.quiet_steps(self, decided, limit, now) == 0
+        return steps
+
+    monkeypatch.setattr(DecodeRuns, "_quiet_pages", counted_pages)
+    monkeypatch.setattr(FastSglangScheduler, "quiet_steps", checked_quiet)
+    return counts
+
+
+def test_a_pass_behind_short_of_pages_finds_no_run_without_the_loop(tmp_path, monkeypatch):
+    """Row 2s in small retracts when the pages run out: the pass behind each such run has fewer
+    free pages than two a request, and its count is settled at once; every such count is the
+    full one's (0), and the outputs are the reference's (also on random retracting workloads)."""
+    counts = _check_behind_shortcut(monkeypatch)
+    config = _row_2s_small(tmp_path, 900, 0.1)
+    assert_same(config)
+    assert counts["skipped"] >= 3
+    skipped = counts["skipped"]
+
+    @settings(max_examples=25, deadline=None, derandomize=True,
+              suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(_retracting())
+    def run(scenario):
+        rows, sched, client = scenario
+        sched = dict(sched, disable_overlap_schedule=False)
+        assert_same(_config(write_trace(tmp_path / "t.jsonl", rows), sched, client))
+
+    run()
+    assert counts["skipped"] > skipped
+
+
+def test_decode_entries_made_without_their_constructor_have_every_field(tmp_path, monkeypatch):
+    """`_commit_decodes` and `extend_with_behind` store a PassEntry's fields themselves (no
+    __init__ call): every field is set, to what the constructor and the reference's marks give."""
+    seen = []
+    schedule = FastSglangScheduler.schedule
+
+    def kept_schedule(self):
+        out = schedule(self)
+        seen.extend(out.entries)
+        return out
+
+    monkeypatch.setattr(FastSglangScheduler, "schedule", kept_schedule)
+    assert_same(_row_2s_small(tmp_path, 900, 0.1))
+    assert len(seen) > 300
+    for entry in seen:
+        fields = {name: getattr(entry, name) for name in PassEntry.__slots__}
+        assert fields["kind"] in ("running", "new", "resumed") and fields["tokens"] >= 1
+        assert isinstance(fields["samples"], bool) and isinstance(fields["is_decode"], bool)
+        assert fields["drafts"] == 0 and fields["computed_before"] >= 0
+
+
+def test_plain_passes_deliver_in_bulk_as_the_reference_names_them(tmp_path, monkeypatch):
+    """A plain pass's tokens to requests whose previous token came as it started go to the
+    collector in aggregate (`FastSglangScheduler.update_from_output`): row 2s in small, retracting
+    or not, with and without overlap, warm-up requests left out as the collector leaves them; the
+    same records, ITL and summaries as the reference's named deliveries, and the bulk path ran
+    (with named deliveries too: first tokens)."""
+    counts = {"bulk": 0, "named": 0}
+    outputs = FastSglangScheduler.update_from_output
+
+    def counted_outputs(self, done):
+        outputs(self, done)
+        if done.run is None:
+            counts["bulk"] += done.aggregate
+            counts["named"] += len(done.delivered)
+
+    monkeypatch.setattr(FastSglangScheduler, "update_from_output", counted_outputs)
+    for pool, ratio in ((900, 0.1), (4000, 0.7)):
+        for overlap_off in (False, True):
+            config = _row_2s_small(tmp_path, pool, ratio)
+            config["engine"]["workers"]["aggregated"]["scheduler"]["disable_overlap_schedule"] = overlap_off
+            config["workload"]["warmup_requests"] = 3
+            bulk = counts["bulk"]
+            assert_same(config)
+            assert counts["bulk"] > bulk
+    assert counts["named"] > 0

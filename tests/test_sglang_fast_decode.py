@@ -5,10 +5,12 @@ overlap, and on one-token and larger pages."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from servesim.engine.sglang.fast import FastSglangScheduler
+from servesim.engine.sglang.fast import FastSglangScheduler, _victim_index
 from servesim.engine.sglang.scheduler import SglangScheduler
 from tests.support.equivalence import assert_same
 from tests.support.runs import write_trace
@@ -86,3 +88,14 @@ def test_retractions_and_the_context_limit_match_the_reference(tmp_path, monkeyp
         fast = assert_same(config)
         assert fast.summary["preemptions"] > 0
     assert counts["fused"] > 0 and counts["retracted"] > 0 and counts["reference"] == 0 and counts["outputs"] > 0
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(1, 4), st.integers(0, 5)), min_size=1, max_size=12))
+def test_the_victim_is_the_references_min(fields):
+    """`_victim_index` (the fewest outputs in C, then the ties compared) picks the request the
+    reference's `min(..., key=(num_output, -prompt_len, -seq))` picks, ties of every kind included
+    (small ranges: many requests share outputs, prompts, even seq)."""
+    decoders = [SimpleNamespace(num_output=output, prompt_len=prompt, seq=seq) for output, prompt, seq in fields]
+    reference = min(decoders, key=lambda r: (r.num_output, -r.prompt_len, -r.seq))
+    assert decoders[_victim_index(decoders)] is reference

@@ -52,6 +52,7 @@ class DecodeRuns:
     # One-token pages, none spare, no context limit in the run: its pages for s tokens each are
     # _run_deficit + n·s (set by quiet_steps; None: count them request by request).
     _run_deficit: int | None = None
+    _run_latest = 0   # with a deficit: the most tokens any of the run's requests had computed before it
 
     def exclude_warmup(self, first_measured: int) -> None:
         self.warmup_below = first_measured
@@ -186,6 +187,7 @@ class DecodeRuns:
             return 0
         self._run_context = context
         self._run_start = now
+        self._run_latest = latest
         return cap
 
     def _pages_fitting(self, deficit: int, count: int, free: int, behind: int) -> int:

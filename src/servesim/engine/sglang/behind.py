@@ -66,6 +66,7 @@ def extend_with_behind(scheduler, decided: SchedulerOutput, steps: int, duration
     behind_entries = behind.entries
     decoders: list = []
     deferred: list = []   # (request, tokens): caching marks that touch the cache, after the pages
+    new_entry = object.__new__
     for entry in entries:
         request = entry.request
         if request.request_id < warmup_below:
@@ -112,12 +113,20 @@ def extend_with_behind(scheduler, decided: SchedulerOutput, steps: int, duration
             continue
         request.num_computed = after
         decoders.append(request)
-        behind_entry = PassEntry(request, 1, computed, "running")
+        # `PassEntry(request, 1, computed, "running")`, its fields stored here: no __init__ call.
+        behind_entry = new_entry(PassEntry)
+        behind_entry.request = request
+        behind_entry.tokens = 1
+        behind_entry.computed_before = computed
+        behind_entry.kind = "running"
         request.in_flight += 1
         known += placeholders
         request.is_prefill_chunk = chunk = after < known
         behind_entry.is_decode = computed >= prompt_len
-        if not chunk:
+        if chunk:
+            behind_entry.samples = False
+            behind_entry.drafts = 0
+        else:
             behind_entry.samples = True
             behind_entry.drafts = drafts = after - known
             request.placeholders = placeholders + 1 + drafts
@@ -135,3 +144,7 @@ def extend_with_behind(scheduler, decided: SchedulerOutput, steps: int, duration
             kv.cache_full_blocks(request, upto)
         behind.num_tokens = len(decoders)
     scheduler._behind = behind
+    # Each of its decoders now holds exactly its computed tokens' pages; if each also stays two
+    # tokens inside the context limit, a run from it needs two pages a decoder (FastSglangScheduler.quiet_steps).
+    if scheduler._run_latest + steps + 2 <= scheduler.max_model_len:
+        scheduler._behind_exact = behind

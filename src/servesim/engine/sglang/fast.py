@@ -6,12 +6,35 @@ tests/test_sglang_fast_decode.py and tests/test_fast_engine.py)."""
 
 from __future__ import annotations
 
+from operator import attrgetter
+
 from servesim.engine.decode_runs import DecodeRuns
 from servesim.engine.passes import PassEntry, PassResult, SchedulerOutput
 from servesim.engine.request import Status
 from servesim.engine.sglang.behind import can_extend_with_behind, extend_with_behind
 from servesim.engine.sglang.retract_runs import next_prefill_fails, report_first_pass_apart
 from servesim.engine.sglang.scheduler import CLIP_MAX_NEW_TOKENS, RETRACT_DECODE_STEPS, SglangScheduler
+
+
+_num_output = attrgetter("num_output")
+_max_tokens = attrgetter("max_tokens")
+
+
+def _victim_index(decoders: list) -> int:
+    """Where the reference's victim, `min(decoders, key=lambda r: (r.num_output, -r.prompt_len,
+    -r.seq))`, is in `decoders`: the fewest outputs found in C (`map`, `list.index`), and only
+    the requests tied on them compared on the rest (the longest prompt, then the latest
+    admission; the first of full ties, as `min` keeps it)."""
+    outputs = list(map(_num_output, decoders))
+    fewest = min(outputs)
+    index = tie = outputs.index(fewest)
+    best = decoders[index]
+    for _ in range(outputs.count(fewest) - 1):
+        tie = outputs.index(fewest, tie + 1)
+        other = decoders[tie]
+        if (other.prompt_len, other.seq) > (best.prompt_len, best.seq):
+            best, index = other, tie
+    return index
 
 
 class FastSglangScheduler(DecodeRuns, SglangScheduler):
@@ -22,9 +45,20 @@ class FastSglangScheduler(DecodeRuns, SglangScheduler):
     # Does the next call's prefill try fail and mark the batch full (engine/sglang/retract_runs.py)?
     # Settled once per run asked for (None: not yet), the mark set as the run is made.
     _full_after_run: bool | None = None
+    # A pass behind a run whose decoders each hold exactly their computed tokens' pages, two tokens
+    # or more inside the context limit (behind.py).
+    _behind_exact: SchedulerOutput | None = None
 
     def quiet_steps(self, decided: SchedulerOutput, limit: int, now: int) -> int:
         self._full_after_run = None
+        exact, self._behind_exact = self._behind_exact, None
+        if decided is exact:
+            # A run from it needs, for its second pass and the one committed behind it, two pages
+            # for each of its requests (one-token pages): with fewer free, `_quiet_pages` finds
+            # no run (either count), so its loop over the batch is skipped. Row 2s retracts
+            # when the pages run out, and the pass behind each of those runs finds none.
+            if 2 * len(decided.entries) > self.kv.num_free:
+                return 0
         return super().quiet_steps(decided, limit, now)
 
     def _admission_quiet(self) -> bool:
@@ -156,8 +190,8 @@ class FastSglangScheduler(DecodeRuns, SglangScheduler):
         then `new_token_ratio` is reset from the remaining batch. Returns the blocks still needed."""
         kv = self.kv
         while need > kv.num_free and len(decoders) > 1:
-            victim = min(decoders, key=lambda r: (r.num_output, -r.prompt_len, -r.seq))
-            index = decoders.index(victim)
+            index = _victim_index(decoders)
+            victim = decoders[index]
             del decoders[index]
             blocks = needs.pop(index)
             if blocks > 0:
@@ -166,8 +200,9 @@ class FastSglangScheduler(DecodeRuns, SglangScheduler):
             out.preempted.append(victim)
         if out.preempted:
             remaining = self.running
-            self.new_token_ratio = min(1.0, (sum(r.num_output for r in remaining) + RETRACT_DECODE_STEPS
-                                             * len(remaining)) / (sum(r.max_tokens for r in remaining) + 1))
+            # The reference's sums, each one `map` in C.
+            self.new_token_ratio = min(1.0, (sum(map(_num_output, remaining)) + RETRACT_DECODE_STEPS
+                                             * len(remaining)) / (sum(map(_max_tokens, remaining)) + 1))
         elif decoders:
             self.new_token_ratio = max(self.new_token_ratio - self.decay, self.min_ratio)
         return need
@@ -178,6 +213,7 @@ class FastSglangScheduler(DecodeRuns, SglangScheduler):
         Each request's blocks and cache mark are settled before its counters move, as when the
         allocation ran first: no request's allocation reads another's counters."""
         kv = self.kv
+        new_entry = object.__new__
         pool: list[int] = []
         kv.take(need, pool)
         position = 0
@@ -202,13 +238,21 @@ class FastSglangScheduler(DecodeRuns, SglangScheduler):
                         kv.cache_full_blocks(request, computed if computed < known else known)
                     else:   # past the shareable prefix: what `cache_full_blocks` does, without the call
                         request.num_cached_blocks = full
-            entry = PassEntry(request, 1, before, "running")
+            # `PassEntry(request, 1, before, "running")`, its fields stored here: no __init__ call.
+            entry = new_entry(PassEntry)
+            entry.request = request
+            entry.tokens = 1
+            entry.computed_before = before
+            entry.kind = "running"
             known += request.placeholders
             request.num_computed = computed
             request.in_flight += 1
             request.is_prefill_chunk = chunk = computed < known
             entry.is_decode = before >= request.prompt_len
-            if not chunk:
+            if chunk:
+                entry.samples = False
+                entry.drafts = 0
+            else:
                 entry.samples = True
                 entry.drafts = drafts = computed - known
                 if overlap:
@@ -243,6 +287,14 @@ class FastSglangScheduler(DecodeRuns, SglangScheduler):
         caching = kv.enable_caching
         max_len = self.max_model_len
         end_ns = done.end_ns
+        # A plain pass's tokens to requests whose previous token came as it started (one pass
+        # before) are delivered in aggregate, as a run's are (`PassResult.aggregate`, `gap_ns`),
+        # unless every request must be named: the same gaps and delivery count, no collector
+        # visit each.
+        in_bulk = not run and not self.names_requests
+        start_ns = done.start_ns
+        warmup_below = self.warmup_below
+        measured = 0
         done_status, running_status = Status.FINISHED, Status.RUNNING
         for entry in done.scheduled.entries:
             request = entry.request
@@ -257,6 +309,10 @@ class FastSglangScheduler(DecodeRuns, SglangScheduler):
             request.num_output = output = request.num_output + produced
             if run:
                 request.last_token_ns = end_ns
+            elif in_bulk and request.last_token_ns == start_ns and request.first_token_ns is not None:
+                request.last_token_ns = end_ns   # what the collector does for a request it is given
+                if request.request_id >= warmup_below:
+                    measured += 1
             else:
                 deliver(request)
             if overlap:
@@ -279,6 +335,9 @@ class FastSglangScheduler(DecodeRuns, SglangScheduler):
                     stopped_running.add(request.request_id)
                 else:
                     self.waiting.remove(request)
+        if measured:
+            done.aggregate = measured
+            done.gap_ns = end_ns - start_ns
         if stopped_running:
             self.running = [r for r in self.running if r.request_id not in stopped_running]
         if len(self.running) < before:
