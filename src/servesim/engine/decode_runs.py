@@ -52,7 +52,9 @@ class DecodeRuns:
     # One-token pages, none spare, no context limit in the run: its pages for s tokens each are
     # _run_deficit + n·s (set by quiet_steps; None: count them request by request).
     _run_deficit: int | None = None
-    _run_latest = 0   # with a deficit: the most tokens any of the run's requests had computed before it
+    # With a deficit: the most tokens any of the run's requests has computed at quiet_steps
+    # (its first pass included).
+    _run_latest = 0
 
     def exclude_warmup(self, first_measured: int) -> None:
         self.warmup_below = first_measured

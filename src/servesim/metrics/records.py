@@ -248,7 +248,8 @@ class RequestTable:
 
         Divided in bulk: ints below 2**53 are exact as doubles, and Python divides two such
         ints as doubles too, so the quotients are the same; the per-cell call was 8 ms of
-        row 5's 12,031 rows. Longer spans (over 104 days) are divided one by one."""
+        row 5's 12,031 rows. A column with any span of 2**53 ns or more (104 days) is divided
+        cell by cell."""
         gaps = np.maximum(output - 1, 1)
         if not len(span) or int(np.abs(span).max()) >= _EXACT or int(gaps.max()) >= _EXACT:
             return [_ms(end / (count - 1)) if ok else ""
