@@ -262,7 +262,8 @@ def test_interrupted_sweep_resumes_with_only_the_missing_trials(tmp_path):
     resumed = run_sweep(BASE, parsed, tmp_path / "s", InlineExecutor(), resume=True)
     assert (resumed.reused, resumed.ran) == (3, 11)
     sessions = {tid: r["session"] for tid, r in resumed.store.rows().items()}
-    assert [tid for tid, s in sessions.items() if s == 1] == [0, 1, 2]
+    # A group of siblings runs its highest max_num_seqs first (sweep/sharing.py): trials 3, 2, 1.
+    assert [tid for tid, s in sessions.items() if s == 1] == [1, 2, 3]
     whole = run_sweep(BASE, parsed, tmp_path / "whole", InlineExecutor())
     assert stored(resumed) == stored(whole)
     for result in (resumed, whole):

@@ -49,6 +49,17 @@ class Result:
     jobs: Any = None
 
 
+@dataclass(frozen=True)
+class TrialRun:
+    """A finished trial's run beside its summary: its spec, what its backend's witness proves
+    (None: nothing), and per worker in the summary's order its integer KV-usage sums."""
+
+    run: RunSpec
+    witness: Any
+    kv_sums: list[tuple[int, int]]   # (Σ used blocks × ns, most used blocks)
+    sim_ns: int
+
+
 def _load_requests(run: RunSpec) -> tuple[Iterable[TraceRequest], dict[str, Any]]:
     workload = run.config.workload
     if workload.sessions is not None:   # made turn by turn by the client (workload/sessions.py)
@@ -99,6 +110,20 @@ def simulate(
     records each request's token times (`Result.token_times`, for vllm's
     `--save-detailed`).
     """
+    return _simulate(config, trace, seed, overrides, pass_log, progress, percentiles, detailed)[0]
+
+
+@young_collections_paced()
+def simulate_trial(config: dict) -> tuple[Result, TrialRun]:
+    """`simulate(config)` for a sweep's trial, with what a sibling trial's copy needs (sweep/sharing.py)."""
+    result, run, sim, collector = _simulate(config)
+    stats = collector.workers.values()
+    return result, TrialRun(run, run.backend.run_witness(sim), [(s.kv_weighted, s.kv_max) for s in stats], sim.now)
+
+
+def _simulate(config, trace=None, seed=None, overrides=None, pass_log=None, progress=None, percentiles=None,
+              detailed=False):
+    """simulate's run: (Result, the run spec, the finished simulation, its collector)."""
     wall_start = time.perf_counter()
     overrides = check_simulate_arguments(config, trace, seed, overrides, pass_log, progress)
     if trace is not None:
@@ -149,8 +174,9 @@ def simulate(
     with limits.clock_overflow_is_an_error():
         sim.run(progress=(lambda t, done: progress(t, done, total)) if progress else None)
 
-    return run_result(run, sim, collector, requests, engines, profile_given, percentiles, trace_info, wall_start,
-                      client)
+    result = run_result(run, sim, collector, requests, engines, profile_given, percentiles, trace_info, wall_start,
+                        client)
+    return result, run, sim, collector
 
 
 def run_result(run: RunSpec, sim, collector: Collector, requests, engines, profile_given: bool, percentiles,

@@ -85,6 +85,18 @@ def _no_prefill_graphs(sched: Any) -> int:
     return 0
 
 
+def _never_shared(config: dict) -> None:
+    return None
+
+
+def _no_witness(sim: Any) -> None:
+    return None
+
+
+def _covers_nothing(witnessed: Any, witness: Any, other: Any) -> bool:
+    return False
+
+
 def imported_on_call(module: str, name: str) -> Callable[..., Any]:
     """`module.name`, imported when first called: an engine's launch builders serve `servesim deploy`,
     and importing them with the registry cost every run about 2% of a one-request run's instructions."""
@@ -146,6 +158,14 @@ class Backend:
     # eagerly, op by op from the host (timing/roofline.py). vLLM: its capture size (piecewise
     # graphs); SGLang up to 0.5.9 and TensorRT-LLM's context phase: none.
     prefill_graph_tokens: Callable[[Any], int] = _no_prefill_graphs
+    # Sweep trials that compute one run (sweep/sharing.py, docs/modeling/shared_runs.md):
+    # `share_key(trial config as given)` → (group, rank) or None; each group's highest rank runs,
+    # `run_witness(its finished simulation)` records what the run read of the knobs its siblings
+    # change (None: it proves nothing), and `run_covers(its RunSpec, witness, a sibling's RunSpec)`
+    # says whether the sibling's run is provably that same run. By default nothing is shared.
+    share_key: Callable[[dict], tuple[str, int] | None] = _never_shared
+    run_witness: Callable[[Any], Any] = _no_witness
+    run_covers: Callable[[Any, Any, Any], bool] = _covers_nothing
     # Its API server's costs around the passes (engine/request_path.py; None: not modelled).
     request_path: RequestPathCosts | None = None
     # Disaggregated serving: its proxy asks the decode server only once the prefill server has

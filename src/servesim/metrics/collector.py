@@ -198,6 +198,12 @@ def _steps_from_last(steps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 TIMELINE_POINTS = 256
 
 
+def kv_utilization(kv_weighted: int, kv_max: int, sim_ns: int, usable: int) -> dict[str, float | None]:
+    """A worker's mean and peak KV use over `usable` blocks (also a copied sweep trial's, sweep/sharing.py)."""
+    return {"kv_utilization_mean": kv_weighted / (sim_ns * usable) if sim_ns and usable else None,
+            "kv_utilization_max": kv_max / usable if usable else None}
+
+
 class WorkerStats:
     """What one worker did: passes, batch sizes, tokens, preemptions, and a sampled timeline.
 
@@ -260,8 +266,7 @@ class WorkerStats:
             "preemptions": self.preemptions,
             "prefix_cache_hit_rate": (cached_tokens / prompt_tokens
                                       if prompt_tokens and self.role != "decode" else None),
-            "kv_utilization_mean": self.kv_weighted / (sim_ns * usable) if sim_ns and usable else None,
-            "kv_utilization_max": self.kv_max / usable if usable else None,
+            **kv_utilization(self.kv_weighted, self.kv_max, sim_ns, usable),
             "kv_timeline": [[round(p[0] / 1e6, 3), round(p[1] / usable, 5)] for p in self.timeline],
         }
 

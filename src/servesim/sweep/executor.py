@@ -1,9 +1,11 @@
 """Running trials: in this process, in a local process pool, or on Ray.
 
-Every trial is one `servesim.simulate(config)` call made by `run_trial`, the same
-public API the CLI uses, returning a plain JSON-able outcome. The executors only move
-configs out and outcomes back, yielding them as they complete; ordering and every
-decision that depends on results stay with the caller (sweep/runner.py).
+Every trial is one `servesim.simulate(config)` call made by `run_trial` (the same
+simulation the CLI runs), returning a plain JSON-able outcome, or a copy of a sibling's,
+when its run is provably the trial's own (sweep/sharing.py). The executors take groups of
+trials that may share a run, one job each (`run_group`), and only move configs out and
+outcomes back, yielding them as they complete; ordering and every decision that depends on
+results stay with the caller (sweep/runner.py).
 
 An executor failure that is not the trial's own (a worker process killed, a Ray node
 lost) comes back as status `lost`, which a resumed sweep runs again.
@@ -27,6 +29,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 Job = tuple[int, dict]            # (trial id, trial config)
+Group = Sequence[Job]             # trials that may share a run, the one to run first (sweep/sharing.py)
 Outcome = dict[str, Any]          # status, summary, error, wall_time_s
 
 
@@ -40,25 +43,48 @@ def slim_summary(summary: dict) -> dict:
 
 def run_trial(config: dict) -> Outcome:
     """Simulate one trial config; a failure is returned as its error, never raised."""
+    return _run_trial(config)[0]
+
+
+def run_group(group: Group) -> tuple[list[tuple[int, Outcome]], list[Job]]:
+    """A group's trials (sweep/sharing.py): the first run, the others its run provably is copied
+    from it; returns their outcomes, and the rest of the group (a group of its own, to run next
+    wherever a worker is free)."""
+    from servesim.sweep.sharing import copied_outcome
+
+    (first_id, first_config), rest = group[0], group[1:]
+    outcome, source = _run_trial(first_config)
+    out, left = [(first_id, outcome)], []
+    for trial_id, config in rest:
+        copy = None if source is None else copied_outcome(source, outcome["summary"], config)
+        if copy is None:
+            left.append((trial_id, config))
+        else:
+            out.append((trial_id, copy))
+    return out, left
+
+
+def _run_trial(config: dict):
+    """run_trial's outcome, and the run.TrialRun beside it (None if the trial failed)."""
     from servesim import startup_gc
     from servesim.errors import ServesimError
-    from servesim.run import simulate
+    from servesim.run import simulate_trial
 
     start = time.perf_counter()
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            result = simulate(config)
+            result, trial_run = simulate_trial(config)
     except ServesimError as err:
-        return {"status": "error", "summary": None, "error": str(err), "wall_time_s": time.perf_counter() - start}
+        return {"status": "error", "summary": None, "error": str(err), "wall_time_s": time.perf_counter() - start}, None
     except Exception as err:  # a servesim bug: keep where it happened
         where = traceback.extract_tb(err.__traceback__)[-1]
         message = f"{type(err).__name__}: {err} (at {where.filename.rsplit('/', 1)[-1]}:{where.lineno})"
-        return {"status": "error", "summary": None, "error": message, "wall_time_s": time.perf_counter() - start}
+        return {"status": "error", "summary": None, "error": message, "wall_time_s": time.perf_counter() - start}, None
     finally:   # a first trial that failed before its simulation: the collector back on, nothing frozen
         startup_gc.resume(freeze=False)
     return {"status": "ok", "summary": slim_summary(result.summary), "error": None,
-            "wall_time_s": time.perf_counter() - start}
+            "wall_time_s": time.perf_counter() - start}, trial_run
 
 
 def _lost(err: BaseException) -> Outcome:
@@ -70,9 +96,11 @@ class InlineExecutor:
 
     description = "in this process"
 
-    def run(self, jobs: Sequence[Job]) -> Iterator[tuple[int, Outcome]]:
-        for trial_id, config in jobs:
-            yield trial_id, run_trial(config)
+    def run(self, groups: Sequence[Group]) -> Iterator[tuple[int, Outcome]]:
+        for group in groups:
+            while group:
+                outcomes, group = run_group(group)
+                yield from outcomes
 
     def abort(self) -> None:
         pass
@@ -138,22 +166,31 @@ class PoolExecutor:
                                              initializer=_init_worker, initargs=(os.getpid(), from_main))
         return self._pool
 
-    def run(self, jobs: Sequence[Job]) -> Iterator[tuple[int, Outcome]]:
-        from concurrent.futures import as_completed
+    def run(self, groups: Sequence[Group]) -> Iterator[tuple[int, Outcome]]:
+        from concurrent.futures import FIRST_COMPLETED, wait
         from concurrent.futures.process import BrokenProcessPool
 
-        if not jobs:
+        if not groups:
             return
         pool = self._ensure()
-        futures = {pool.submit(run_trial, config): trial_id for trial_id, config in jobs}
+        futures = {pool.submit(run_group, group): group for group in groups}
         broken = False
-        for future in as_completed(futures):
-            try:
-                outcome = future.result()
-            except BrokenProcessPool as err:
-                broken = True
-                outcome = _lost(err)
-            yield futures[future], outcome
+        while futures:
+            done, _ = wait(futures, return_when=FIRST_COMPLETED)
+            for future in done:
+                group = futures.pop(future)
+                try:
+                    outcomes, rest = future.result()
+                except BrokenProcessPool as err:
+                    broken = True
+                    outcomes, rest = [(trial_id, _lost(err)) for trial_id, _ in group], []
+                if rest:   # the siblings its run did not cover: a group again, for the next free worker
+                    try:
+                        futures[pool.submit(run_group, rest)] = rest
+                    except BrokenProcessPool as err:
+                        broken = True
+                        outcomes += [(trial_id, _lost(err)) for trial_id, _ in rest]
+                yield from outcomes
         if broken:  # a worker died: start a fresh pool for what follows
             self._pool.shutdown(wait=False, cancel_futures=True)
             self._pool = None
@@ -202,21 +239,25 @@ class RayExecutor:
                 raise ServesimError(f"cannot start Ray{' at ' + address if address else ''}: {err}") from None
             self._started = True
         self.description = f"on Ray ({address or 'a local instance'}, {int(ray.cluster_resources().get('CPU', 0))} CPUs)"
-        self._remote = ray.remote(max_retries=3)(run_trial)
+        self._remote = ray.remote(max_retries=3)(run_group)
         self._pending: list = []
 
-    def run(self, jobs: Sequence[Job]) -> Iterator[tuple[int, Outcome]]:
+    def run(self, groups: Sequence[Group]) -> Iterator[tuple[int, Outcome]]:
         ray = self.ray
-        refs = {self._remote.remote(config): trial_id for trial_id, config in jobs}
+        refs = {self._remote.remote(group): group for group in groups}
         self._pending = list(refs)
         while self._pending:
             ready, self._pending = ray.wait(self._pending, num_returns=1)
             for ref in ready:
                 try:
-                    outcome = ray.get(ref)
+                    outcomes, rest = ray.get(ref)
                 except Exception as err:  # a lost worker or node, after Ray's retries
-                    outcome = _lost(err)
-                yield refs[ref], outcome
+                    outcomes, rest = [(trial_id, _lost(err)) for trial_id, _ in refs[ref]], []
+                if rest:   # the siblings its run did not cover, queued again
+                    again = self._remote.remote(rest)
+                    refs[again] = rest
+                    self._pending.append(again)
+                yield from outcomes
 
     def abort(self) -> None:
         for ref in self._pending:

@@ -19,6 +19,7 @@ from pydantic import ValidationError
 from servesim.config import SloConfig, error_sentence, read_config_file
 from servesim.errors import ServesimError
 from servesim.sweep.objective import Judge
+from servesim.sweep.sharing import share_groups
 from servesim.sweep.space import SweepSpace
 from servesim.sweep.store import DONE, TrialStore
 from servesim.sweep.trials import Plan, promote
@@ -118,7 +119,8 @@ def _run_rungs(result: SweepResult, executor, progress: ProgressFn | None) -> No
         if progress:
             progress(done, plan.total_trials, best, judge)
         by_id = {t.trial_id: t for t in missing}
-        for trial_id, outcome in executor.run([(t.trial_id, t.config) for t in missing]):
+        groups = [[(t.trial_id, t.config) for t in group] for group in share_groups(missing)]
+        for trial_id, outcome in executor.run(groups):
             row = store.record(by_id[trial_id], outcome)
             done += 1
             result.ran += 1

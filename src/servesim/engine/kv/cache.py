@@ -132,6 +132,12 @@ class KvCache(FreeQueue):
         self.cache: dict[int, int | list[int]] = {}  # key -> block(s) holding it, in insertion order
         self.repeated: set[int] = set()   # keys two or more blocks hold (their entry is a list)
         self.epoch = 0   # bumped when blocks are freed or keys inserted (see FastVllmScheduler)
+        # What the run asked of the pool's size, for a sweep that proves a sibling trial with
+        # more blocks computes this same run (engine/vllm/shared_runs.py): whether a capacity
+        # check ever failed, a prefix lookup ever hit, a keyed block was ever evicted.
+        self.refused = False
+        self.hit = False
+        self.evicted = False
 
     # ------------------------------------------------------------------ queries
 
@@ -246,6 +252,8 @@ class KvCache(FreeQueue):
               cache: bool = True, full_sequence: bool | None = None, loaded: int = 0, lookahead: int = 0) -> bool:
         block_size = self.block_size
         ref_cnt = self.ref_cnt
+        if hits:
+            self.hit = True
         evictable = list(map(ref_cnt.__getitem__, hits)).count(0)   # hits are keyed blocks (counted in C)
         watermark = self.watermark_blocks if has_running else 0
         full_tokens = request.num_tokens
@@ -258,12 +266,14 @@ class KvCache(FreeQueue):
             need_full = max(ceil_div(min(len(hits) * block_size + num_new_tokens, self.max_model_len),
                                      block_size) - len(hits), 0) + evictable
         if need_full + watermark > self.num_free:
+            self.refused = True
             return False
         hit_tokens = len(hits) * block_size
         slots = hit_tokens + num_new_tokens + lookahead
         if slots > self.max_model_len:
             slots = self.max_model_len
         if lookahead and max(ceil_div(slots, block_size) - len(hits), 0) + evictable + watermark > self.num_free:
+            self.refused = True
             return False
         self.keyed_free -= evictable
         if evictable:   # free blocks leave the queue: their copies there go stale
@@ -301,6 +311,7 @@ class KvCache(FreeQueue):
         need = -(-slots // block_size) - len(request.blocks)
         if need > 0:
             if need > self.num_free:
+                self.refused = True
                 return False
             self.take(need, request.blocks)
         # Per-request backends call this for every decode token: skip the call when no block fills.
@@ -324,6 +335,7 @@ class KvCache(FreeQueue):
                  for request, count in zip(requests, tokens)]
         total = sum(need for need in needs if need > 0)
         if total > self.num_free:
+            self.refused = True
             return False
         self.allocate_needs(requests, tokens, needs, total)
         return True

@@ -121,6 +121,7 @@ class FreeQueue:
                         for b in marked:
                             del left_queue[b]
                     if part:
+                        self.evicted = True
                         if part_keys is None:
                             self._evict_chain(part, entry.chain, lo)
                         else:

@@ -92,6 +92,10 @@ VLLM = Backend(
     request_path=RequestPathCosts(http_ms=0.5, to_engine_ms=0.3, broadcast_ms=0.0, output_ms=0.3),
     # Piecewise CUDA graphs (attention outside them) for every pass up to the capture size.
     prefill_graph_tokens=lambda sched: sched.max_cudagraph_capture_size,
+    # Trials differing only in max_num_seqs whose run is one (engine/vllm/shared_runs.py).
+    share_key=imported_on_call("servesim.engine.vllm.shared_runs", "share_key"),
+    run_witness=imported_on_call("servesim.engine.vllm.shared_runs", "run_witness"),
+    run_covers=imported_on_call("servesim.engine.vllm.shared_runs", "run_covers"),
     timing_profile="vllm",
     aic_backend="vllm",
     launch=imported_on_call("servesim.engine.vllm.launch", "vllm_launch"),

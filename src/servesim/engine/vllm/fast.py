@@ -125,6 +125,7 @@ class FastVllmScheduler(GroupRuns, VllmScheduler):
             budget -= num_new
         out = SchedulerOutput()
         if blocks_needed > kv.num_free:
+            kv.refused = True
             if not self._allocate_with_preemption(out, step, plan):
                 return None
         else:

@@ -83,7 +83,7 @@ class GroupRuns:
         waiting = self.waiting
         if waiting and not (
             (waiting[0] is self._blocked and self.kv.epoch == self._blocked_epoch)
-            or self._num_running() >= self.max_num_seqs
+            or self._seqs_full()
             or group.active >= self.max_num_batched_tokens
         ):
             return 0
@@ -97,11 +97,17 @@ class GroupRuns:
         # The blocks of every step after the first (already allocated) must be free, counted
         # as if no member left: more than the run needs when some do, never less.
         if not self.async_scheduling:
-            return 1 + group.steps_within(step + 1, cap - 1, self.kv.num_free)
+            steps = group.steps_within(step + 1, cap - 1, self.kv.num_free)
+            if steps < cap - 1:
+                self.kv.refused = True   # free blocks may have cut the run (engine/kv/cache.py)
+            return 1 + steps
         # Async: the pass after the run is committed as the run starts, one pass earlier
         # than vLLM would; its blocks must be free too, so that commit needs nothing else
         # (counted with every member, so also with those that leave at the run's end).
-        return group.steps_within(step + 1, cap, self.kv.num_free)
+        steps = group.steps_within(step + 1, cap, self.kv.num_free)
+        if steps < cap:
+            self.kv.refused = True
+        return steps
 
     def _finals_within(self, first: int, last: int) -> list[int]:
         """The steps in [first, last) that are some active member's last, in order."""

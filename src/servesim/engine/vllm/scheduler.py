@@ -29,6 +29,9 @@ class VllmScheduler(SchedulerCore):
     ) -> None:
         super().__init__(kv, max_model_len, async_scheduling)
         self.max_num_seqs = max_num_seqs
+        # The most running requests a max_num_seqs check saw: a lower limit above it decides every
+        # check alike (engine/vllm/shared_runs.py).
+        self.seqs_peak = 0
         self.max_num_batched_tokens = max_num_batched_tokens
         self.enable_chunked_prefill = enable_chunked_prefill
         self.long_prefill_token_threshold = long_prefill_token_threshold
@@ -39,6 +42,13 @@ class VllmScheduler(SchedulerCore):
         (EAGLE, MTP: num_speculative_tokens; n-gram drafts need none)."""
         speculation = self.speculation
         return speculation.num_draft_tokens if speculation is not None and speculation.method != "ngram" else 0
+
+    def _seqs_full(self) -> bool:
+        """Running requests at max_num_seqs (the count seen is kept in `seqs_peak`)."""
+        running = self._num_running()
+        if running > self.seqs_peak:
+            self.seqs_peak = running
+        return running >= self.max_num_seqs
 
     # ------------------------------------------------------------------ schedule
 
@@ -102,7 +112,7 @@ class VllmScheduler(SchedulerCore):
         # Received KV caches first (vLLM drains requests that hold KV blocks before the others).
         transferred = self.transferred
         while budget > 0 and transferred:
-            if self._num_running() >= self.max_num_seqs:
+            if self._seqs_full():
                 break
             request = transferred[0]
             num_new = request.num_tokens - request.num_computed
@@ -119,7 +129,7 @@ class VllmScheduler(SchedulerCore):
             out.entries.append(PassEntry(request, num_new, request.num_computed, "new"))
             budget -= num_new
         while budget > 0 and waiting:
-            if self._num_running() >= self.max_num_seqs:
+            if self._seqs_full():
                 break
             request = waiting[0]
             if request.stale:
@@ -128,6 +138,8 @@ class VllmScheduler(SchedulerCore):
                 skipped.append(waiting.popleft())
                 continue
             hits = kv.lookup(request)
+            if hits:   # (admit records it too; a hit may decide the break below before it)
+                kv.hit = True
             loaded = kv.lookup_host(request, len(hits)) if kv.host is not None else 0
             hit_tokens = (len(hits) + loaded) * kv.block_size
             num_new = request.num_tokens - hit_tokens
