@@ -46,22 +46,39 @@ def run_trial(config: dict) -> Outcome:
     return _run_trial(config)[0]
 
 
-def run_group(group: Group) -> tuple[list[tuple[int, Outcome]], list[Job]]:
+def run_group(group: Group) -> tuple[list[tuple[int, Outcome]], list[list[Job]]]:
     """A group's trials (sweep/sharing.py): the first run, the others its run provably is copied
-    from it; returns their outcomes, and the rest of the group (a group of its own, to run next
-    wherever a worker is free)."""
+    from it; returns their outcomes, and the rest of the group as the groups to run next,
+    wherever a worker is free: one group again when a sibling's run may still cover the others
+    (this run's limit bound), else each trial alone (this run failed or proves nothing), so that
+    they run side by side, as without sharing."""
     from servesim.sweep.sharing import copied_outcome
 
     (first_id, first_config), rest = group[0], group[1:]
     outcome, source = _run_trial(first_config)
     out, left = [(first_id, outcome)], []
     for trial_id, config in rest:
-        copy = None if source is None else copied_outcome(source, outcome["summary"], config)
+        copy = None
+        if source is not None and source.witness is not None:
+            try:
+                copy = copied_outcome(source, outcome["summary"], config)
+            except Exception:  # a servesim bug: the sibling's own run reports it, as without sharing
+                copy = None
         if copy is None:
             left.append((trial_id, config))
         else:
             out.append((trial_id, copy))
-    return out, left
+    if not left:
+        return out, []
+    if source is None or source.witness is None:
+        return out, [[job] for job in left]
+    return out, [left]
+
+
+def after_loss(group: Group) -> list[list[Job]]:
+    """The groups to run after `group`'s job was lost with its worker: the first trial was the
+    one running (it is reported lost); its siblings go on as a group of their own."""
+    return [list(group[1:])] if len(group) > 1 else []
 
 
 def _run_trial(config: dict):
@@ -97,10 +114,11 @@ class InlineExecutor:
     description = "in this process"
 
     def run(self, groups: Sequence[Group]) -> Iterator[tuple[int, Outcome]]:
-        for group in groups:
-            while group:
-                outcomes, group = run_group(group)
-                yield from outcomes
+        queue = list(groups)
+        while queue:
+            outcomes, rest = run_group(queue.pop(0))
+            queue[:0] = rest
+            yield from outcomes
 
     def abort(self) -> None:
         pass
@@ -172,9 +190,19 @@ class PoolExecutor:
 
         if not groups:
             return
-        pool = self._ensure()
-        futures = {pool.submit(run_group, group): group for group in groups}
+        futures: dict = {}
         broken = False
+
+        def submit(group: Group) -> None:
+            try:
+                futures[self._ensure().submit(run_group, group)] = group
+            except BrokenProcessPool:   # a worker died: a fresh pool for the groups still to run
+                self._pool.shutdown(wait=False, cancel_futures=True)
+                self._pool = None
+                futures[self._ensure().submit(run_group, group)] = group
+
+        for group in groups:
+            submit(group)
         while futures:
             done, _ = wait(futures, return_when=FIRST_COMPLETED)
             for future in done:
@@ -183,15 +211,11 @@ class PoolExecutor:
                     outcomes, rest = future.result()
                 except BrokenProcessPool as err:
                     broken = True
-                    outcomes, rest = [(trial_id, _lost(err)) for trial_id, _ in group], []
-                if rest:   # the siblings its run did not cover: a group again, for the next free worker
-                    try:
-                        futures[pool.submit(run_group, rest)] = rest
-                    except BrokenProcessPool as err:
-                        broken = True
-                        outcomes += [(trial_id, _lost(err)) for trial_id, _ in rest]
+                    outcomes, rest = [(group[0][0], _lost(err))], after_loss(group)
+                for part in rest:   # the siblings its run did not cover, for the next free worker
+                    submit(part)
                 yield from outcomes
-        if broken:  # a worker died: start a fresh pool for what follows
+        if broken and self._pool is not None:  # a worker died: start a fresh pool for what follows
             self._pool.shutdown(wait=False, cancel_futures=True)
             self._pool = None
 
@@ -249,13 +273,14 @@ class RayExecutor:
         while self._pending:
             ready, self._pending = ray.wait(self._pending, num_returns=1)
             for ref in ready:
+                group = refs.pop(ref)
                 try:
                     outcomes, rest = ray.get(ref)
                 except Exception as err:  # a lost worker or node, after Ray's retries
-                    outcomes, rest = [(trial_id, _lost(err)) for trial_id, _ in refs[ref]], []
-                if rest:   # the siblings its run did not cover, queued again
-                    again = self._remote.remote(rest)
-                    refs[again] = rest
+                    outcomes, rest = [(group[0][0], _lost(err))], after_loss(group)
+                for part in rest:   # the siblings its run did not cover, queued again
+                    again = self._remote.remote(part)
+                    refs[again] = part
                     self._pending.append(again)
                 yield from outcomes
 
