@@ -94,11 +94,10 @@ def test_workloads_with_overlap_match_the_reference_pass_by_pass(tmp_path, monke
     assert_same_as_without_behind(config)
 
 
-def test_random_workloads_make_passes_behind_runs(tmp_path, monkeypatch):
-    """The random workloads above do reach the new path (not only the pinned case)."""
-    counts = _count_behind(monkeypatch)
+def _random_overlapped_match_the_reference(tmp_path, examples: int) -> None:
+    """`examples` random retracting workloads (derandomized), with overlap: outputs are the reference's."""
 
-    @settings(max_examples=15, deadline=None, derandomize=True,
+    @settings(max_examples=examples, deadline=None, derandomize=True,
               suppress_health_check=[HealthCheck.function_scoped_fixture])
     @given(_retracting())
     def run(scenario):
@@ -107,6 +106,13 @@ def test_random_workloads_make_passes_behind_runs(tmp_path, monkeypatch):
         assert_same(_config(write_trace(tmp_path / "t.jsonl", rows), sched, client))
 
     run()
+
+
+def test_random_workloads_make_passes_behind_runs(tmp_path, monkeypatch):
+    """The random workloads above do reach the new path (not only the pinned case)."""
+    counts = _count_behind(monkeypatch)
+
+    _random_overlapped_match_the_reference(tmp_path, 15)
     assert counts["made"] > 0 and counts["handed"] == counts["made"]
 
 
@@ -168,15 +174,7 @@ def test_a_pass_behind_short_of_pages_finds_no_run_without_the_loop(tmp_path, mo
     assert counts["shortcut"] >= 1
     shortcut = counts["shortcut"]
 
-    @settings(max_examples=25, deadline=None, derandomize=True,
-              suppress_health_check=[HealthCheck.function_scoped_fixture])
-    @given(_retracting())
-    def run(scenario):
-        rows, sched, client = scenario
-        sched = dict(sched, disable_overlap_schedule=False)
-        assert_same(_config(write_trace(tmp_path / "t.jsonl", rows), sched, client))
-
-    run()
+    _random_overlapped_match_the_reference(tmp_path, 25)
     assert counts["shortcut"] > shortcut
 
 

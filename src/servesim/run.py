@@ -60,6 +60,18 @@ class TrialRun:
     sim_ns: int
 
 
+def checked_run_spec(config: SimulationConfig | dict | str | Path | None,
+                     overrides: list | None = None) -> tuple[Any, RunSpec]:
+    """(the loaded config, its run spec): loaded, checked against the limits, resolved, and its
+    cost block checked against its GPUs; a bad config raises ServesimError. What a run reads,
+    and what a sweep's copied trial is compared on (sweep/sharing.py)."""
+    loaded = load_config(config, overrides)
+    limits.check_config(loaded.config, loaded.source)
+    run = resolve(loaded)
+    check_cost(run.config.cost, [role.deployment.gpu for role in run.roles.values()])
+    return loaded, run
+
+
 def _load_requests(run: RunSpec) -> tuple[Iterable[TraceRequest], dict[str, Any]]:
     workload = run.config.workload
     if workload.sessions is not None:   # made turn by turn by the client (workload/sessions.py)
@@ -135,13 +147,10 @@ def _simulate(config, trace=None, seed=None, overrides=None, pass_log=None, prog
     percentiles = DEFAULT_PERCENTILES if percentiles is None else check_percentiles(percentiles)
     if not isinstance(detailed, bool):
         raise ServesimError(f"detailed must be True or False, got {detailed!r}")
-    loaded = load_config(config, overrides)
-    limits.check_config(loaded.config, loaded.source)
+    loaded, run = checked_run_spec(config, overrides)   # the run spec: what every part below reads
     profile_given = (getattr(loaded.config.engine.timing, "profile", None) is not None
                      or getattr(loaded.config.engine.timing, "profile_file", None) is not None)
-    run = resolve(loaded)   # the run spec: what every part below reads
     cfg = run.config        # its resolved config: the workload, client and SLO blocks, and Result.config
-    check_cost(cfg.cost, [role.deployment.gpu for role in run.roles.values()])
     requests, trace_info = _load_requests(run)
     limits.check_requests(requests, cfg, run.source)
     if isinstance(requests, list) and trace_info["trace_format"] == "mooncake-sessions":

@@ -78,7 +78,12 @@ def _ms(ns: int | float | None) -> str:
     if isinstance(ns, int):
         whole, frac = divmod(ns, 1_000_000)
         return f"{whole}.{frac:06d}".rstrip("0").rstrip(".")
-    return f"{ns / 1e6:.6f}".rstrip("0").rstrip(".")
+    return _fraction_ms(ns / 1e6)
+
+
+def _fraction_ms(ms: float) -> str:
+    """A millisecond value given as a float, to the nanosecond, trailing zeros cut."""
+    return f"{ms:.6f}".rstrip("0").rstrip(".")
 
 
 def _cell(text: str) -> str:
@@ -255,7 +260,7 @@ class RequestTable:
             return [_ms(end / (count - 1)) if ok else ""
                     for end, count, ok in zip(span.tolist(), output.tolist(), defined.tolist())]
         ms = (span / gaps / 1e6).tolist()
-        return [f"{x:.6f}".rstrip("0").rstrip(".") if ok else "" for x, ok in zip(ms, defined.tolist())]
+        return [_fraction_ms(x) if ok else "" for x, ok in zip(ms, defined.tolist())]
 
     def _write_rows(self, fh: TextIO, order: np.ndarray) -> None:
         def ints(name: str) -> np.ndarray:

@@ -52,11 +52,9 @@ def share_groups(trials: Sequence[Any]) -> list[list[Any]]:
 def copied_outcome(source: Any, summary: dict, config: dict) -> dict | None:
     """The outcome of the trial `config` as the run `source` (run.TrialRun, whose stored summary is
     `summary`) computed it, or None when that is not proven (the trial must run)."""
-    from servesim import limits
-    from servesim.config import config_hash, load_config
-    from servesim.config.resolution import resolve
+    from servesim.config import config_hash
     from servesim.metrics.collector import kv_utilization
-    from servesim.metrics.cost import check_cost
+    from servesim.run import checked_run_spec
 
     start = time.perf_counter()
     if summary.get("preemptions"):
@@ -64,10 +62,7 @@ def copied_outcome(source: Any, summary: dict, config: dict) -> dict | None:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            loaded = load_config(config)
-            limits.check_config(loaded.config, loaded.source)
-            run = resolve(loaded)
-            check_cost(run.config.cost, [role.deployment.gpu for role in run.roles.values()])
+            run = checked_run_spec(config)[1]
     except ServesimError:
         return None   # its own run says how it fails
     witnessed = source.run
