@@ -173,8 +173,14 @@ class DecodeRuns:
                 ahead = True
             if computed > latest:
                 latest = computed
+        return self._quiet_fit(entries, cap, context, deficit, latest, ahead, now)
+
+    def _quiet_fit(self, entries, cap: int, context: int, deficit: int, latest: int, ahead: bool,
+                   now: int) -> int:
+        """`_quiet_pages` past its loop, on its sums (a backend may make them elsewhere)."""
         if cap < 2:
             return 0
+        max_len = self.max_model_len
         free = self.kv.num_free
         behind = 1 if self.async_scheduling else 0
         count = len(entries)

@@ -12,6 +12,7 @@ from servesim.engine.decode_runs import DecodeRuns
 from servesim.engine.passes import PassEntry, PassResult, SchedulerOutput
 from servesim.engine.request import Status
 from servesim.engine.sglang.behind import can_extend_with_behind, extend_with_behind
+from servesim.engine.sglang.fused_decode import fused_applies, fused_decode_pass, quiet_sums
 from servesim.engine.sglang.retract_runs import next_prefill_fails, report_first_pass_apart
 from servesim.engine.sglang.scheduler import CLIP_MAX_NEW_TOKENS, RETRACT_DECODE_STEPS, SglangScheduler
 
@@ -48,6 +49,7 @@ class FastSglangScheduler(DecodeRuns, SglangScheduler):
     # A pass behind a run whose decoders each hold exactly their computed tokens' pages, two tokens
     # or more inside the context limit (behind.py).
     _behind_exact: SchedulerOutput | None = None
+    _quiet_sums = None   # the run check's sums made by the last fused decode pass (fused_decode.py)
 
     def quiet_steps(self, decided: SchedulerOutput, limit: int, now: int) -> int:
         self._full_after_run = None
@@ -60,6 +62,12 @@ class FastSglangScheduler(DecodeRuns, SglangScheduler):
             if 2 * len(decided.entries) > self.kv.num_free:
                 return 0
         return super().quiet_steps(decided, limit, now)
+
+    def _quiet_pages(self, entries, limit: int, now: int) -> int:
+        sums = quiet_sums(self, entries, limit)
+        if sums is None:
+            return super()._quiet_pages(entries, limit, now)
+        return self._quiet_fit(entries, *sums, now)
 
     def _admission_quiet(self) -> bool:
         # A prefill is tried only while something waits and the batch is not marked full, and
@@ -152,6 +160,8 @@ class FastSglangScheduler(DecodeRuns, SglangScheduler):
         changed before it does."""
         if self.speculation is not None:
             return super()._decode_pass()
+        if fused_applies(self):   # no retraction, one visit a request (engine/sglang/fused_decode.py)
+            return fused_decode_pass(self)
         kv = self.kv
         size = kv.block_size
         max_len = self.max_model_len
