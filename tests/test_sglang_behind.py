@@ -226,3 +226,28 @@ def test_plain_passes_deliver_in_bulk_as_the_reference_names_them(tmp_path, monk
             assert_same(config)
             assert counts["bulk"] > bulk
     assert counts["named"] > 0
+
+
+def test_a_runs_outputs_are_settled_with_it(tmp_path, monkeypatch):
+    """Without pass logs, `extend_with_behind` applies the run's own outputs as it makes the run, and
+    its end (`settle_run_end`) makes only the finishes and cache-touching marks: row 2s in small
+    (retracting or not, caching on and off) and random retracting workloads match the reference,
+    every run with a pass behind was settled, and run ends finished requests there."""
+    settled = []
+    settle = behind.settle_run_end
+
+    def counted_settle(scheduler, done, left):
+        settle(scheduler, done, left)
+        settled.append(len(done.finished))
+        assert scheduler._settled is None
+
+    monkeypatch.setattr("servesim.engine.sglang.fast.settle_run_end", counted_settle)
+    counts = _count_behind(monkeypatch)
+    for pool, ratio, caching in ((900, 0.1, True), (4000, 0.7, True), (4000, 0.7, False)):
+        config = _row_2s_small(tmp_path, pool, ratio)
+        config["engine"]["workers"]["aggregated"]["scheduler"]["disable_radix_cache"] = not caching
+        assert_same(config)
+    assert len(settled) == counts["made"] >= 15 and sum(settled) > 0
+    made = counts["made"]
+    _random_overlapped_match_the_reference(tmp_path, 15)
+    assert counts["made"] > made and len(settled) == counts["made"]

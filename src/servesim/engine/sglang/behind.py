@@ -29,6 +29,7 @@ tests/test_sglang_behind.py and the differential tests.
 from __future__ import annotations
 
 from servesim.engine.passes import PassEntry, SchedulerOutput
+from servesim.engine.request import Status
 
 
 def can_extend_with_behind(scheduler, decided: SchedulerOutput, steps: int) -> bool:
@@ -67,6 +68,12 @@ def extend_with_behind(scheduler, decided: SchedulerOutput, steps: int, duration
     decoders: list = []
     deferred: list = []   # (request, tokens): caching marks that touch the cache, after the pages
     new_entry = object.__new__
+    # The run's own outputs (its last pass's, processed at its end) are applied here too, unless
+    # every request must be named: what must wait for the run's end is left, in batch order.
+    settle = not scheduler.names_requests
+    end_ns = start + (sum(durations[:steps]) if durations is not None else steps * uniform_ns)
+    max_len = scheduler.max_model_len
+    left: list = []   # (request, its caching mark waits, it finishes)
     for entry in entries:
         request = entry.request
         if request.request_id < warmup_below:
@@ -110,27 +117,48 @@ def extend_with_behind(scheduler, decided: SchedulerOutput, steps: int, duration
                 request.num_cached_blocks = cached
         if sits_out:
             request.num_computed = computed
-            continue
-        request.num_computed = after
-        decoders.append(request)
-        # `PassEntry(request, 1, computed, "running")`, its fields stored here: no __init__ call.
-        behind_entry = new_entry(PassEntry)
-        behind_entry.request = request
-        behind_entry.tokens = 1
-        behind_entry.computed_before = computed
-        behind_entry.kind = "running"
-        request.in_flight += 1
-        known += placeholders
-        request.is_prefill_chunk = chunk = after < known
-        behind_entry.is_decode = computed >= prompt_len
-        if chunk:
-            behind_entry.samples = False
-            behind_entry.drafts = 0
         else:
-            behind_entry.samples = True
-            behind_entry.drafts = drafts = after - known
-            request.placeholders = placeholders + 1 + drafts
-        behind_entries.append(behind_entry)
+            request.num_computed = after
+            decoders.append(request)
+            # `PassEntry(request, 1, computed, "running")`, its fields stored here: no __init__ call.
+            behind_entry = new_entry(PassEntry)
+            behind_entry.request = request
+            behind_entry.tokens = 1
+            behind_entry.computed_before = computed
+            behind_entry.kind = "running"
+            request.in_flight += 1
+            known += placeholders
+            request.is_prefill_chunk = chunk = after < known
+            behind_entry.is_decode = computed >= prompt_len
+            if chunk:
+                behind_entry.samples = False
+                behind_entry.drafts = 0
+            else:
+                behind_entry.samples = True
+                behind_entry.drafts = drafts = after - known
+                request.placeholders = placeholders + 1 + drafts
+            behind_entries.append(behind_entry)
+        if settle and entry.samples:
+            # `update_from_output` on this entry at the run's end (no stale tokens: the run's
+            # check): one more output, delivered then, its placeholder gone (the pass behind's
+            # commit included in the counts). A caching mark short of the shareable prefix, which
+            # touches the cache, and a finish wait for the run's end (`settle_run_end`).
+            request.in_flight -= 1
+            request.num_output = output = output + 1
+            request.last_token_ns = end_ns
+            request.placeholders = placeholders = request.placeholders - 1
+            waits = False
+            if caching:
+                cached = request.num_cached_blocks
+                if cached < request.keys.shared_blocks:
+                    waits = True
+                elif request.num_computed - placeholders > cached:
+                    request.num_cached_blocks = request.num_computed - placeholders
+            finishes = output >= request.max_tokens or prompt_len + output >= max_len
+            if waits or finishes:
+                left.append((request, waits, finishes))
+        elif settle:
+            request.in_flight -= 1
     scheduler._advance_run(extra)
     # With overlap the run's last pass's pages are committed with it: all of them are its peak.
     scheduler._record_run(decided, steps, durations, uniform_ns, kv.num_used, free_blocks, warm, late)
@@ -144,7 +172,45 @@ def extend_with_behind(scheduler, decided: SchedulerOutput, steps: int, duration
             kv.cache_full_blocks(request, upto)
         behind.num_tokens = len(decoders)
     scheduler._behind = behind
+    scheduler._settled = (decided, left) if settle else None
     # Each of its decoders now holds exactly its computed tokens' pages; if each also stays two
     # tokens inside the context limit, a run from it needs two pages a decoder (FastSglangScheduler.quiet_steps).
     if scheduler._run_latest + steps + 2 <= scheduler.max_model_len:
         scheduler._behind_exact = behind
+
+
+def settle_run_end(scheduler, done, left: list) -> None:
+    """`update_from_output` for a run `extend_with_behind` settled: only the caching marks that
+    touch the cache and the finishes, in batch order, as the per-entry update makes them."""
+    kv = scheduler.kv
+    before = len(scheduler.running)
+    finished = done.finished
+    stopped: list = []
+    for request, waits, finishes in left:
+        if waits:
+            known = request.num_computed - request.placeholders   # one-token pages: tokens are blocks
+            if known > request.num_cached_blocks:
+                if request.num_cached_blocks < request.keys.shared_blocks:
+                    kv.cache_full_blocks(request, known)
+                else:
+                    request.num_cached_blocks = known
+        if finishes:
+            request.status = Status.FINISHED
+            if not request.hold_kv:
+                kv.free(request)
+            finished.append(request)
+            stopped.append(request)
+    if stopped:
+        scheduler.running = without(scheduler.running, stopped)
+    if len(scheduler.running) < before:
+        scheduler.batch_is_full = False
+
+
+def without(running: list, stopped: list) -> list:
+    """`running` less the `stopped` requests, in order, as a new list (the reference's comprehension).
+    One request (a run's end in the steady phase) is cut out by position, in C."""
+    if len(stopped) == 1:
+        index = running.index(stopped[0])   # by identity: requests define no __eq__
+        return running[:index] + running[index + 1:]
+    gone = {request.request_id for request in stopped}
+    return [r for r in running if r.request_id not in gone]

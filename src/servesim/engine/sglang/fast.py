@@ -11,7 +11,7 @@ from operator import attrgetter
 from servesim.engine.decode_runs import DecodeRuns
 from servesim.engine.passes import PassEntry, PassResult, SchedulerOutput
 from servesim.engine.request import Status
-from servesim.engine.sglang.behind import can_extend_with_behind, extend_with_behind
+from servesim.engine.sglang.behind import can_extend_with_behind, extend_with_behind, settle_run_end, without
 from servesim.engine.sglang.fused_decode import fused_applies, fused_decode_pass, quiet_sums
 from servesim.engine.sglang.retract_runs import next_prefill_fails, report_first_pass_apart
 from servesim.engine.sglang.scheduler import CLIP_MAX_NEW_TOKENS, RETRACT_DECODE_STEPS, SglangScheduler
@@ -50,6 +50,7 @@ class FastSglangScheduler(DecodeRuns, SglangScheduler):
     # or more inside the context limit (behind.py).
     _behind_exact: SchedulerOutput | None = None
     _quiet_sums = None   # the run check's sums made by the last fused decode pass (fused_decode.py)
+    _settled: tuple | None = None   # a run whose outputs extend_with_behind applied, and what is left
 
     def quiet_steps(self, decided: SchedulerOutput, limit: int, now: int) -> int:
         self._full_after_run = None
@@ -285,10 +286,14 @@ class FastSglangScheduler(DecodeRuns, SglangScheduler):
         self._no_pass_behind()
         if self.speculation is not None:
             return super().update_from_output(done)
+        settled = self._settled
+        if settled is not None and settled[0] is done.scheduled:
+            self._settled = None
+            return settle_run_end(self, done, settled[1])
         before = len(self.running)
         finished = done.finished
         deliver = done.delivered.append
-        stopped_running: set[int] = set()
+        stopped_running: list = []
         run = done.run is not None
         overlap = self.async_scheduling
         produced = 1 if overlap or not run else done.run.steps
@@ -342,14 +347,14 @@ class FastSglangScheduler(DecodeRuns, SglangScheduler):
                     kv.free(request)
                 finished.append(request)
                 if status == running_status:
-                    stopped_running.add(request.request_id)
+                    stopped_running.append(request)
                 else:
                     self.waiting.remove(request)
         if measured:
             done.aggregate = measured
             done.gap_ns = end_ns - start_ns
         if stopped_running:
-            self.running = [r for r in self.running if r.request_id not in stopped_running]
+            self.running = without(self.running, stopped_running)
         if len(self.running) < before:
             self.batch_is_full = False
 
