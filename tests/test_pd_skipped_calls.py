@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 import servesim
 from servesim.cluster.simulation import Simulation
 from servesim.engine.worker import Worker
+from servesim.errors import ServesimError
 from tests.support.runs import write_trace
 from tests.test_fast_engine import TIMINGS, _config, steady_scenarios
 from tests.test_pd_runs import _pd
@@ -48,8 +49,22 @@ def _run(config, monkeypatch, skip: bool):
     return result, log.getvalue(), pushed
 
 
+def _refusal(config, monkeypatch, skip: bool) -> str | None:
+    try:
+        _run(config, monkeypatch, skip)
+    except ServesimError as err:
+        monkeypatch.undo()
+        return str(err)
+    return None
+
+
 def _assert_same(config, monkeypatch) -> int:
-    """The outputs with and without the skip are equal; returns the calls left out."""
+    """The outputs with and without the skip are equal, or both runs refuse alike (a pool too
+    small for a request); returns the calls left out."""
+    refused = _refusal(config, monkeypatch, skip=False)
+    if refused is not None:
+        assert _refusal(config, monkeypatch, skip=True) == refused
+        return 0
     new, new_log, new_calls = _run(config, monkeypatch, skip=True)
     old, old_log, old_calls = _run(config, monkeypatch, skip=False)
     assert new.requests == old.requests
