@@ -90,6 +90,8 @@ class Simulation:
         self.roles = cluster.roles
         self.routers = cluster.routers
         self.factories = cluster.factories
+        # With a scheduled client no horizon reads the pending events (engine/events.py's EventSink).
+        self.horizon_skips_calls = isinstance(client, ScheduledClient)
         self.disaggregation: Disaggregation | None = None
         if cluster.transfer is not None:
             self.disaggregation = Disaggregation(self, cluster, cluster.transfer)

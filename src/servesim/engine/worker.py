@@ -53,6 +53,7 @@ class Worker:
         self.fixed_ns = timing.fixed_ns()   # fixed timing: no pass shape to build (TimingModel.fixed_ns)
         self.async_scheduling = async_scheduling
         self.events: EventSink | None = None   # the loop it runs in (attach)
+        self._calls_unseen = False   # see attach
         self.intake: deque[Request] = deque()   # arrived, not yet read by the engine
         self.executing: PassResult | None = None
         self.queued: SchedulerOutput | None = None  # async: committed, waits for the GPU
@@ -82,6 +83,10 @@ class Worker:
 
     def attach(self, events: EventSink) -> None:
         self.events = events
+        # A worker that commits at pass ends (async) skips the scheduler call behind a pass it
+        # starts there, where the loop's horizons never read pending events (on_pass_end).
+        self._calls_unseen = (self.commit_at_pass_end and self.async_scheduling
+                              and events.horizon_skips_calls)
 
     # ------------------------------------------------------------------ events
 
@@ -136,6 +141,10 @@ class Worker:
         if self.queued is not None:
             call_at = self._start(self.queued, now)
             self.queued = None
+            if self._calls_unseen and call_at == now and self.executing.end_ns > now:
+                # Committing at pass ends, its call now would find this pass in flight and do
+                # nothing; no horizon reads pending events, so none is pushed.
+                return
         self._request_call(call_at)
 
     def requests(self) -> list[Request]:
