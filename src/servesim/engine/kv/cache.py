@@ -252,6 +252,7 @@ class KvCache(FreeQueue):
               cache: bool = True, full_sequence: bool | None = None, loaded: int = 0, lookahead: int = 0) -> bool:
         block_size = self.block_size
         ref_cnt = self.ref_cnt
+        num_hits = len(hits)
         if hits:
             self.hit = True
         evictable = list(map(ref_cnt.__getitem__, hits)).count(0)   # hits are keyed blocks (counted in C)
@@ -259,7 +260,11 @@ class KvCache(FreeQueue):
         full_tokens = request.num_tokens
         if full_tokens > self.max_model_len:
             full_tokens = self.max_model_len
-        need_full = max(ceil_div(full_tokens, block_size) - len(hits), 0) + evictable
+        # (ceil_div and max() written out: a call a request each, in the admission path)
+        need_full = -(-full_tokens // block_size) - num_hits
+        if need_full < 0:
+            need_full = 0
+        need_full += evictable
         if full_sequence is None:
             full_sequence = self.full_sequence_admission
         if not full_sequence:  # a backend that budgets admission itself (SGLang, TensorRT-LLM)
@@ -268,11 +273,11 @@ class KvCache(FreeQueue):
         if need_full + watermark > self.num_free:
             self.refused = True
             return False
-        hit_tokens = len(hits) * block_size
+        hit_tokens = num_hits * block_size
         slots = hit_tokens + num_new_tokens + lookahead
         if slots > self.max_model_len:
             slots = self.max_model_len
-        if lookahead and max(ceil_div(slots, block_size) - len(hits), 0) + evictable + watermark > self.num_free:
+        if lookahead and max(ceil_div(slots, block_size) - num_hits, 0) + evictable + watermark > self.num_free:
             self.refused = True
             return False
         self.keyed_free -= evictable
@@ -288,18 +293,21 @@ class KvCache(FreeQueue):
             for b in hits:
                 ref_cnt[b] += 1
         request.blocks = list(hits)
-        request.num_cached_blocks = len(hits)
+        request.num_cached_blocks = num_hits
         if self.enable_caching:
+            shared = request.keys.shared_blocks
             # Hits past the shareable prefix are the request's own blocks, kept from before
             # a preemption: they still have their keys.
-            request.live_private = max(0, len(hits) - request.keys.shared_blocks)
+            request.live_private = num_hits - shared if num_hits > shared else 0
             # The shared blocks it caches from here on are its alone until a lookup hits them.
-            shared = request.keys.shared_blocks
             if shared:   # (a prompt no other request reaches has none: no hold to make)
-                request.kv_hold = _Hold(request, len(hits) if len(hits) < shared else shared)
-        self.take(ceil_div(slots, block_size) - len(hits), request.blocks)
+                request.kv_hold = _Hold(request, num_hits if num_hits < shared else shared)
+        self.take(-(-slots // block_size) - num_hits, request.blocks)
         if cache:  # False while a KV transfer has yet to fill the blocks (vLLM's delay_cache_blocks)
-            self.cache_full_blocks(request, min(hit_tokens + num_new_tokens, request.num_tokens))
+            filled = hit_tokens + num_new_tokens
+            if filled > request.num_tokens:
+                filled = request.num_tokens
+            self.cache_full_blocks(request, filled)
         return True
 
     def allocate(self, request: Request, num_new_tokens: int, lookahead: int = 0) -> bool:
