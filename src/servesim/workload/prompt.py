@@ -55,7 +55,10 @@ class PrefixInterner:
         for request in requests:
             hash_ids = request.hash_ids
             if hash_ids:
-                reach = -(-min(request.input_length, len(hash_ids) * trace_block_size) // trace_block_size)
+                covered = len(hash_ids) * trace_block_size
+                if request.input_length < covered:   # (not min(): a builtin call parses its arguments)
+                    covered = request.input_length
+                reach = -(-covered // trace_block_size)
                 reached.append((hash_ids, reach))
         held = Counter(chain.from_iterable(hash_ids[:reach] for hash_ids, reach in reached))
         holders = held.__getitem__   # every hash_id reached is in it, at least once

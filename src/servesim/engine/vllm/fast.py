@@ -134,7 +134,7 @@ class FastVllmScheduler(GroupRuns, VllmScheduler):
             plan.append((request, num_new, joins))
             budget -= num_new
         out = SchedulerOutput()
-        if blocks_needed > kv.num_free:
+        if blocks_needed and blocks_needed > kv.num_free:   # (most steps need none: no free count)
             kv.refused = True
             if not self._allocate_with_preemption(out, step, plan):
                 return None
