@@ -54,19 +54,20 @@ class Collector:
         # Most requests delivered by a pass got their previous token from the same pass: count
         # the gaps first and add each distinct one once.
         gaps: dict[int, int] = {}
-        firsts = 0   # measured requests' first tokens; their later tokens are counted in gaps
+        delivered = 0   # measured requests' tokens (first ones, and the later ones counted in gaps)
         for request in done.delivered:
             if request.first_token_ns is None:
                 request.first_token_ns = end
                 if request.request_id >= warmup:
-                    firsts += 1
+                    delivered += 1
             elif request.request_id >= warmup:
                 gap = end - request.last_token_ns
                 gaps[gap] = gaps.get(gap, 0) + 1
+                delivered += 1
             request.last_token_ns = end
-        delivered = firsts + sum(gaps.values())
-        for gap, count in gaps.items():
-            itl.add(gap, count)
+        if gaps:
+            for gap, count in gaps.items():
+                itl.add(gap, count)
         run = done.run
         steps = 1 if run is None else run.steps - run.early_steps   # the passes it reports
         # Tokens delivered in aggregate, to requests the result does not name.

@@ -55,7 +55,10 @@ class PrefixInterner:
         for request in requests:
             hash_ids = request.hash_ids
             if hash_ids:
-                reach = -(-min(request.input_length, len(hash_ids) * trace_block_size) // trace_block_size)
+                covered = len(hash_ids) * trace_block_size
+                if request.input_length < covered:   # (not min(): a builtin call parses its arguments)
+                    covered = request.input_length
+                reach = -(-covered // trace_block_size)
                 reached.append((hash_ids, reach))
         held = Counter(chain.from_iterable(hash_ids[:reach] for hash_ids, reach in reached))
         holders = held.__getitem__   # every hash_id reached is in it, at least once
@@ -127,11 +130,16 @@ class BlockKeys:
         self._shared: list[int] | None = None
         self._spans: list[tuple[int, int, int, int]] | None = None
         if hash_ids:
-            covered = min(input_length, len(hash_ids) * trace_block_size)
+            # (conditionals, not min(): a builtin call parses its arguments; a call a request)
+            covered = len(hash_ids) * trace_block_size
+            if input_length < covered:
+                covered = input_length
             needed = -(-(covered // block_size) * block_size // trace_block_size)
             prefix_ids = interner.shared_prefix_ids(hash_ids, needed)
             if len(prefix_ids) < needed:   # past them the prompt is this request's alone
-                covered = min(covered, len(prefix_ids) * trace_block_size)
+                reached = len(prefix_ids) * trace_block_size
+                if reached < covered:
+                    covered = reached
             self.shared_blocks = covered // block_size
             self._prefix_ids = prefix_ids
         else:

@@ -39,7 +39,9 @@ So a request costs O(1) plus O(its shareable prompt blocks) in list work, not O(
 blocks), and O(its prefix ids) in dictionary work.
 Block ids, the free count, the LRU order of every block that can still be hit,
 and therefore every prefix hit and every eviction are the same as the reference's.
-The free queue's side (taking blocks from it, evicting their keys) is engine/kv/free_queue.py.
+The free queue's side (taking blocks from it, evicting their keys) is engine/kv/free_queue.py;
+a router's reading of the prefix chunks is engine/kv/router_view.py, and one take for a batch of
+requests (SGLang's and TensorRT-LLM's decode) engine/kv/batch_allocation.py.
 """
 
 from __future__ import annotations
@@ -49,7 +51,9 @@ from collections import deque
 from itertools import islice
 from operator import itemgetter
 
+from servesim.engine.kv.batch_allocation import BatchAllocation
 from servesim.engine.kv.free_queue import _SPAN_FIRST, FreeQueue, _FreedRun
+from servesim.engine.kv.router_view import RouterView
 from servesim.engine.request import Request
 
 _ENDED = 1 << 62              # an ended hold's `lo`: past every block, so nothing of it is implicit
@@ -81,7 +85,7 @@ class _Hold:
         self.lo = lo
 
 
-class KvCache(FreeQueue):
+class KvCache(RouterView, BatchAllocation, FreeQueue):
     host = None   # KV offload runs on the reference cache (engine/kv/host_tier.py)
 
     def __init__(
@@ -147,7 +151,8 @@ class KvCache(FreeQueue):
 
     @property
     def num_used(self) -> int:
-        return self.num_usable - self.num_free
+        # `num_free` written out: the collector asks this once a pass
+        return self.num_usable - (len(self.free_plain) + self.num_blocks - self.fresh_next + self.keyed_free)
 
     def lookup(self, request: Request) -> list[int]:
         if not self.enable_caching:
@@ -204,44 +209,6 @@ class KvCache(FreeQueue):
                 ref_cnt[b] = 1
             hold.lo = upto
 
-    def cached_prefix_blocks(self, keys, heard: dict[int, int] | None = None) -> int:
-        """How many leading blocks of a prompt (its shareable keys) this cache holds: a router's
-        view. With `heard` (a router's index of this cache: per prefix id the head it was told
-        of, cluster/kv_events.py), the blocks both hold: the shorter of two heads, so one walk
-        ends at the first prefix id either holds only in part."""
-        if not self.enable_caching or keys is None or not keys.shared_blocks:
-            return 0
-        chunks = self.chunks
-        count = 0
-        for node, first, stop, _ in keys.chunk_spans():
-            chunk = chunks.get(node)
-            if chunk is None:
-                return count
-            length = stop - first
-            held = len(chunk)   # may pass the span: another prompt reaches further into the trace block
-            if heard is not None:
-                seen = heard.get(node, 0)
-                if seen < held:
-                    held = seen
-            if held < length:
-                return count + held
-            count += length
-        return count
-
-    def span_heads(self, keys, into: dict[int, int], keyed: int | None = None) -> None:
-        """Per prefix id of the prompt (with `keyed`, those whose blocks start below it), how
-        many of its blocks this cache holds from the span's first: a router's index entries."""
-        chunks = self.chunks
-        for node, first, stop, _ in keys.chunk_spans():
-            if keyed is not None and first >= keyed:
-                return
-            chunk = chunks.get(node)
-            if chunk is None:
-                into[node] = 0
-            else:
-                held = len(chunk)
-                into[node] = held if held < stop - first else stop - first
-
     # ------------------------------------------------------------------ allocation
 
     def is_evictable(self, block: int) -> bool:
@@ -252,6 +219,7 @@ class KvCache(FreeQueue):
               cache: bool = True, full_sequence: bool | None = None, loaded: int = 0, lookahead: int = 0) -> bool:
         block_size = self.block_size
         ref_cnt = self.ref_cnt
+        num_hits = len(hits)
         if hits:
             self.hit = True
         evictable = list(map(ref_cnt.__getitem__, hits)).count(0)   # hits are keyed blocks (counted in C)
@@ -259,7 +227,11 @@ class KvCache(FreeQueue):
         full_tokens = request.num_tokens
         if full_tokens > self.max_model_len:
             full_tokens = self.max_model_len
-        need_full = max(ceil_div(full_tokens, block_size) - len(hits), 0) + evictable
+        # (ceil_div and max() written out: a call a request each, in the admission path)
+        need_full = -(-full_tokens // block_size) - num_hits
+        if need_full < 0:
+            need_full = 0
+        need_full += evictable
         if full_sequence is None:
             full_sequence = self.full_sequence_admission
         if not full_sequence:  # a backend that budgets admission itself (SGLang, TensorRT-LLM)
@@ -268,11 +240,11 @@ class KvCache(FreeQueue):
         if need_full + watermark > self.num_free:
             self.refused = True
             return False
-        hit_tokens = len(hits) * block_size
+        hit_tokens = num_hits * block_size
         slots = hit_tokens + num_new_tokens + lookahead
         if slots > self.max_model_len:
             slots = self.max_model_len
-        if lookahead and max(ceil_div(slots, block_size) - len(hits), 0) + evictable + watermark > self.num_free:
+        if lookahead and max(ceil_div(slots, block_size) - num_hits, 0) + evictable + watermark > self.num_free:
             self.refused = True
             return False
         self.keyed_free -= evictable
@@ -288,18 +260,21 @@ class KvCache(FreeQueue):
             for b in hits:
                 ref_cnt[b] += 1
         request.blocks = list(hits)
-        request.num_cached_blocks = len(hits)
+        request.num_cached_blocks = num_hits
         if self.enable_caching:
+            shared = request.keys.shared_blocks
             # Hits past the shareable prefix are the request's own blocks, kept from before
             # a preemption: they still have their keys.
-            request.live_private = max(0, len(hits) - request.keys.shared_blocks)
+            request.live_private = num_hits - shared if num_hits > shared else 0
             # The shared blocks it caches from here on are its alone until a lookup hits them.
-            shared = request.keys.shared_blocks
             if shared:   # (a prompt no other request reaches has none: no hold to make)
-                request.kv_hold = _Hold(request, len(hits) if len(hits) < shared else shared)
-        self.take(ceil_div(slots, block_size) - len(hits), request.blocks)
+                request.kv_hold = _Hold(request, num_hits if num_hits < shared else shared)
+        self.take(-(-slots // block_size) - num_hits, request.blocks)
         if cache:  # False while a KV transfer has yet to fill the blocks (vLLM's delay_cache_blocks)
-            self.cache_full_blocks(request, min(hit_tokens + num_new_tokens, request.num_tokens))
+            filled = hit_tokens + num_new_tokens
+            if filled > request.num_tokens:
+                filled = request.num_tokens
+            self.cache_full_blocks(request, filled)
         return True
 
     def allocate(self, request: Request, num_new_tokens: int, lookahead: int = 0) -> bool:
@@ -322,48 +297,6 @@ class KvCache(FreeQueue):
             if filled // block_size > request.num_cached_blocks:
                 self.cache_full_blocks(request, filled)
         return True
-
-    def allocate_each(self, requests: list[Request], tokens: list[int]) -> bool:
-        """`allocate(request, count)` for each pair in order, if every one of them fits; else nothing, False.
-
-        One `take` serves them all. Which request gets which of the blocks differs from one
-        `take` each, but blocks leave the free queue without keys, so that is unobservable.
-        """
-        block_size = self.block_size
-        max_len = self.max_model_len
-        needs = [-(-min(request.num_computed + count, max_len) // block_size) - len(request.blocks)
-                 for request, count in zip(requests, tokens)]
-        total = sum(need for need in needs if need > 0)
-        if total > self.num_free:
-            self.refused = True
-            return False
-        self.allocate_needs(requests, tokens, needs, total)
-        return True
-
-    def allocate_needs(self, requests: list[Request], tokens: list[int], needs: list[int], total: int) -> None:
-        """`allocate_each` once its blocks are counted: `needs[i]` new blocks for requests[i]
-        (<= 0: none), `total` the positive ones' sum, which fits. A caller that has counted them
-        already (TensorRT-LLM's fast generation pass and decode group) skips the second count."""
-        pool: list[int] = []
-        self.take(total, pool)
-        pos = 0
-        caching = self.enable_caching
-        block_size = self.block_size
-        for request, count, need in zip(requests, tokens, needs):
-            if need > 0:
-                request.blocks.extend(pool[pos:pos + need])
-                pos += need
-            if caching:
-                filled = min(request.num_computed + count, request.prompt_len + request.num_output)
-                full = filled // block_size
-                if full > request.num_cached_blocks:
-                    if request.num_cached_blocks < request.keys.shared_blocks:
-                        self.cache_full_blocks(request, filled)
-                    else:
-                        # What `cache_full_blocks` does past the shareable prefix (no key is given
-                        # now), without the call: with one-token pages every decode fills a block,
-                        # so this runs once a token (docs/performance.md, "Hot loops written out").
-                        request.num_cached_blocks = full
 
     def _insert(self, key: int, block: int) -> None:
         entry = self.cache.get(key)

@@ -209,8 +209,12 @@ class DecodeGroup:
     def settle(self, member: Request, through_scheduled: int, through_done: int) -> int:
         """Write a member's implicit progress into its own counters; returns group tokens still in flight."""
         first = member.group_first
-        scheduled = min(through_scheduled, member.group_final) - first + 1
-        done = max(0, min(through_done, member.group_final) - first + 1)
+        final = member.group_final
+        # (conditionals, not min()/max(): a builtin call parses its arguments)
+        scheduled = (through_scheduled if through_scheduled < final else final) - first + 1
+        done = (through_done if through_done < final else final) - first + 1
+        if done < 0:
+            done = 0
         member.num_computed = member.group_computed + scheduled
         member.num_output += done
         need = -(-member.num_computed // self.block_size) - len(member.blocks)

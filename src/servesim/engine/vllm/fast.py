@@ -21,7 +21,6 @@ from __future__ import annotations
 
 from servesim.engine.vllm.decode_group import DecodeGroup
 from servesim.engine.vllm.group_runs import GroupRuns
-from servesim.engine.kv.cache import ceil_div
 from servesim.engine.passes import PassEntry, PassResult, SchedulerOutput
 from servesim.engine.request import FINISHED, RUNNING, Request
 from servesim.engine.vllm.scheduler import VllmScheduler
@@ -103,7 +102,9 @@ class FastVllmScheduler(GroupRuns, VllmScheduler):
             need = request.num_tokens + request.placeholders - request.num_computed
             if 0 < threshold < need:
                 need = threshold
-            need = min(need, max_model_len - request.num_computed - 1)
+            room = max_model_len - request.num_computed - 1
+            if room < need:   # (conditionals, not min()/max(): a builtin call parses its arguments)
+                need = room
             if need > 0:
                 asks.append((request, need))
                 demand += need
@@ -111,32 +112,39 @@ class FastVllmScheduler(GroupRuns, VllmScheduler):
             return None  # the budget runs out in an order that interleaves with the members
 
         budget -= members
-        blocks_needed = group.blocks_needed(step) if members else 0
+        group_need = group.blocks_needed(step) if members else 0
+        blocks_needed = group_need
         plan: list[tuple[Request, int, bool]] = []
+        any_joins = False
+        block_size = kv.block_size
         for request, need in asks:
             if budget <= 0:
                 break
-            num_new = min(need, budget)
-            slots = min(request.num_computed + num_new, max_model_len)
-            blocks_needed += max(ceil_div(slots, kv.block_size) - len(request.blocks), 0)
+            num_new = need if need < budget else budget
+            slots = request.num_computed + num_new
+            if slots > max_model_len:
+                slots = max_model_len
+            more = -(-slots // block_size) - len(request.blocks)   # ceil_div, inline
+            if more > 0:
+                blocks_needed += more
             joins = (num_new == 1 and request.num_computed >= request.prompt_len
                      and request.num_tokens + request.placeholders - request.num_computed == 1)
+            if joins:
+                any_joins = True
             plan.append((request, num_new, joins))
             budget -= num_new
         out = SchedulerOutput()
-        if blocks_needed > kv.num_free:
+        if blocks_needed and blocks_needed > kv.num_free:   # (most steps need none: no free count)
             kv.refused = True
             if not self._allocate_with_preemption(out, step, plan):
                 return None
         else:
-            if members:
-                need = group.blocks_needed(step)
-                if need:   # most steps need no new block (one in block_size per member)
-                    kv.take(need, group.private_blocks)
+            if group_need:   # most steps need no new block (one in block_size per member)
+                kv.take(group_need, group.private_blocks)
             for request, num_new, joins in plan:
                 kv.allocate(request, num_new)
                 self._place(out, request, num_new, joins, step)
-        if any(joins for _, _, joins in plan):
+        if any_joins:
             self.running = [r for r in self.running if r.group_first < 0]
         if group.active:
             group.step = step

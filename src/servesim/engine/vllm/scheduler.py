@@ -118,7 +118,8 @@ class VllmScheduler(SchedulerCore):
             num_new = request.num_tokens - request.num_computed
             if 0 < threshold < num_new:
                 num_new = threshold
-            num_new = min(num_new, budget)
+            if num_new > budget:   # (not min(): a builtin call parses its arguments)
+                num_new = budget
             if not kv.allocate(request, num_new, self.lookahead):
                 break
             transferred.popleft()
@@ -147,7 +148,8 @@ class VllmScheduler(SchedulerCore):
                 num_new = threshold
             if not self.enable_chunked_prefill and num_new > budget:
                 break
-            num_new = min(num_new, budget)
+            if num_new > budget:   # (not min(): a builtin call parses its arguments)
+                num_new = budget
             if not kv.admit(request, hits, num_new, has_running=self._num_running() > 0, loaded=loaded,
                             lookahead=self.lookahead):
                 blocked = request
