@@ -287,7 +287,11 @@ class FastSglangScheduler(DecodeRuns, SglangScheduler):
         if self.speculation is not None:
             return super().update_from_output(done)
         settled = self._settled
-        if settled is not None and settled[0] is done.scheduled:
+        if settled is not None:
+            if settled[0] is not done.scheduled:
+                # The run's outputs are already applied: its end must be the next output, or its
+                # finishes and cache marks would be lost without a trace.
+                raise RuntimeError("a settled SGLang run ended out of order (this is a servesim bug)")
             self._settled = None
             return settle_run_end(self, done, settled[1])
         before = len(self.running)
