@@ -537,3 +537,53 @@ def test_stale_copies_past_a_runs_head_are_skipped(cache):
         kv.free(r)
     assert kv.num_free == 8
     assert len(kv.lookup(request(5, 20, (0,)))) == 4
+
+
+@pytest.mark.parametrize("other_holds", [False, True])
+@pytest.mark.parametrize("cache", [KvCache, ReferenceKvCache])
+def test_a_cut_drops_the_keys_of_shared_blocks_past_it_held_alone(cache, other_holds):
+    """`free(keep_blocks=…)` (SGLang's retraction) past a shared block: its key goes if the
+    request holds it alone, and stays if another request holds it too.
+
+    Block size 4, hash_ids (0, 1) of 8 tokens each over 16 tokens of content (a session turn's
+    keys reach over its output): 4 shareable blocks. r's prompt is 8 tokens (blocks s0 s1);
+    8 decoded tokens give s2 (keyed: its 4 tokens are known) and s3 (its last token not yet
+    computed: unkeyed). 15 usable blocks."""
+    kv = cache(num_gpu_blocks=16, block_size=4, enable_caching=True, max_model_len=64)
+    interner = PrefixInterner()
+
+    def request(request_id, prompt_len, max_tokens):
+        keys = BlockKeys(request_id, 16, (0, 1), 4, 8, interner)
+        return Request(request_id, 0, 0, prompt_len, max_tokens, max_tokens, keys)
+
+    r = request(0, 8, 12)
+    assert kv.admit(r, kv.lookup(r), 8, has_running=False)
+    r.num_computed = 8
+    for _ in range(8):
+        assert kv.allocate(r, 1)
+        r.num_computed += 1
+        r.num_output += 1
+    s0, s1, s2, s3 = r.blocks
+    assert (r.keys.shared_blocks, r.num_cached_blocks, kv.num_free) == (4, 3, 11)
+    if other_holds:
+        q = request(1, 16, 4)      # (16 - 1) // 4 = 3 blocks hit: s0 s1 s2; a new one for the fourth
+        assert kv.lookup(q) == [s0, s1, s2]
+        assert kv.admit(q, [s0, s1, s2], 4, has_running=True)
+        q.num_computed = 16        # its fourth block keyed: q's content is known to 16
+    kv.free(r, finished=False, keep_blocks=2)   # the cut: the prompt's 2 blocks
+    probe = request(2, 20, 4)      # (20 - 1) // 4 = 4 blocks may hit
+    if other_holds:
+        # s2 is q's too: it keeps its key (only its count drops); s3 (unkeyed) goes free.
+        # r's readmission (16 tokens known) hits s0 s1 s2, the probe q's fourth block too.
+        assert kv.num_free == 15 - 4
+        assert kv.lookup(r) == [s0, s1, s2]
+        assert kv.lookup(probe)[:3] == [s0, s1, s2] and len(kv.lookup(probe)) == 4
+    else:
+        # s2 is r's alone: its key goes with the decoded tokens; only the prompt's blocks hit.
+        assert kv.num_free == 15
+        assert kv.lookup(r) == kv.lookup(probe) == [s0, s1]
+        # s2 and s3 are unkeyed: with the 9 never used, an 11-block admission takes them and
+        # evicts nothing (the cached s0 s1 are the back of the queue).
+        taker = Request(3, 0, 0, 44, 1, 1, BlockKeys(3, 44, None, 4, 8, interner))
+        assert kv.admit(taker, [], 44, has_running=False)
+        assert sorted(taker.blocks[-2:]) == sorted([s2, s3]) and kv.lookup(r) == [s0, s1]

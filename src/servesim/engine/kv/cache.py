@@ -384,7 +384,7 @@ class KvCache(RouterView, BatchAllocation, FreeQueue):
     def free(self, request: Request, finished: bool = True, keep_blocks: int | None = None) -> None:
         """Release a request's blocks, tail first; `finished` says its private keys are dead.
 
-        Past `keep_blocks`, the request's own blocks lose their keys.
+        Past `keep_blocks`, the blocks the request holds alone lose their keys (shared ones too).
         """
         self.epoch += 1
         blocks = request.blocks
@@ -397,6 +397,7 @@ class KvCache(RouterView, BatchAllocation, FreeQueue):
             # their lookups and take-overs skip it without a call (nothing of it is implicit now).
             hold.lo = _ENDED
         cached = keyed_before = request.num_cached_blocks
+        dropped = None   # shared blocks past `keep_blocks` whose keys the cut dropped (positions)
         if keep_blocks is not None and keep_blocks < cached:
             cached = max(keep_blocks, min(request.keys.shared_blocks, len(blocks)) if self.enable_caching else 0)
             if self.enable_caching:
@@ -407,6 +408,22 @@ class KvCache(RouterView, BatchAllocation, FreeQueue):
                     self._uncache(key_of(j), blocks[j])
                     self.ref_cnt[blocks[j]] = 0   # a free block's count is 0 (see _Hold)
                 request.live_private = max(0, min(request.live_private, cached - request.keys.shared_blocks))
+                # Shared blocks can reach past the cut too: a session turn's keys go on over its
+                # output (`TraceRequest.content_length`), and SGLang keeps only the prompt. The
+                # reference drops the key of every block past the cut that this request holds
+                # alone (count 1) and keeps the others' (another request holds them: only its
+                # count drops). Deepest first, as an eviction does; such blocks go free unkeyed.
+                keyed_end = min(request.keys.shared_blocks, len(blocks), keyed_before)
+                if keep_blocks < keyed_end:
+                    ref_cnt = self.ref_cnt
+                    if hold is not None and implicit < keyed_end:
+                        for b in blocks[implicit:keyed_end]:   # implicit counts (1) become stored
+                            ref_cnt[b] = 1
+                        implicit = keyed_end
+                    dropped = [j for j in range(keep_blocks, keyed_end) if ref_cnt[blocks[j]] == 1]
+                    for j in reversed(dropped):
+                        self._uncache(key_of(j), blocks[j])
+                        ref_cnt[blocks[j]] = 0
         request.num_cached_blocks = 0
         live_private = request.live_private
         request.live_private = 0
@@ -420,6 +437,8 @@ class KvCache(RouterView, BatchAllocation, FreeQueue):
         plain = self.free_plain
         plain.extend(blocks[shared if shared > cached else cached:])    # not yet cached: front of the queue
         plain.extend(reversed(blocks[keyed_shared:shared]))
+        if dropped:   # unkeyed now (interchangeable: their order in the plain queue is not observable)
+            plain.extend([blocks[j] for j in reversed(dropped)])
         lru = self.lru
         ref_cnt = self.ref_cnt
         freed: list[int] = []
@@ -434,7 +453,7 @@ class KvCache(RouterView, BatchAllocation, FreeQueue):
             else:
                 counts = (ref_cnt[held[0]],) if counted else ()
             alone = counts.index(1) if 1 in counts else counted   # the first block it alone holds
-            if counts.count(1) == counted - alone:
+            if not dropped and counts.count(1) == counted - alone:
                 # The usual case: others hold a head of its blocks (hits shared with them), and
                 # the tail is its alone. The tail goes free, with a copy of its keys (a run trims
                 # them as its blocks are evicted; the request keeps its own list).
@@ -446,12 +465,19 @@ class KvCache(RouterView, BatchAllocation, FreeQueue):
                     freed = blocks[alone:keyed_shared]
                     keys, base = None, alone   # no key list: the run finds chunks by position
             else:
+                if dropped:   # already free and unkeyed: leave them out (a cut's, so rare: a set is fine)
+                    skip = set(dropped)
+                    kept = [j for j in range(counted) if j not in skip]
+                    held = [blocks[j] for j in kept]
+                    held_keys = list(map(request.keys.key, kept))
+                else:
+                    held_keys = request.keys.shared_keys(0, counted)
                 for b in held:
                     count = ref_cnt[b] - 1
                     ref_cnt[b] = count
                     if not count:
                         freed.append(b)
-                keys = [key for b, key in zip(held, request.keys.shared_keys(0, counted)) if not ref_cnt[b]]
+                keys = [key for b, key in zip(held, held_keys) if not ref_cnt[b]]
                 freed += blocks[counted:keyed_shared]
                 keys += request.keys.shared_keys(counted, keyed_shared)
         if cached > shared:
