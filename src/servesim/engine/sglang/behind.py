@@ -163,13 +163,7 @@ def extend_with_behind(scheduler, decided: SchedulerOutput, steps: int, duration
     # With overlap the run's last pass's pages are committed with it: all of them are its peak.
     scheduler._record_run(decided, steps, durations, uniform_ns, kv.num_used, free_blocks, warm, late)
     if decoders:
-        scheduler.new_token_ratio = max(scheduler.new_token_ratio - scheduler.decay, scheduler.min_ratio)
-        pages: list[int] = []
-        kv.take(len(decoders), pages)
-        for request, page in zip(decoders, pages):
-            request.blocks.append(page)
-        for request, upto in deferred:
-            kv.cache_full_blocks(request, upto)
+        give_decode_pages(scheduler, decoders, deferred)
         behind.num_tokens = len(decoders)
     scheduler._behind = behind
     scheduler._settled = (decided, left) if settle else None
@@ -214,3 +208,18 @@ def without(running: list, stopped: list) -> list:
         return running[:index] + running[index + 1:]
     gone = {request.request_id for request in stopped}
     return [r for r in running if r.request_id not in gone]
+
+
+def give_decode_pages(scheduler, takers: list, deferred: list) -> None:
+    """The end of a decode pass committed in one visit (this module's pass behind, fused_decode.py's
+    pass): the ratio's decay, one page for each of `takers` in batch order (one take gives the
+    queue's pages in the order a take per request would), then the `deferred` (request, tokens)
+    caching marks that touch the cache, as the engine makes them after its allocation."""
+    scheduler.new_token_ratio = max(scheduler.new_token_ratio - scheduler.decay, scheduler.min_ratio)
+    kv = scheduler.kv
+    pages: list[int] = []
+    kv.take(len(takers), pages)
+    for request, page in zip(takers, pages):
+        request.blocks.append(page)
+    for request, upto in deferred:
+        kv.cache_full_blocks(request, upto)

@@ -30,6 +30,7 @@ from __future__ import annotations
 from operator import attrgetter
 
 from servesim.engine.passes import PassEntry, SchedulerOutput
+from servesim.engine.sglang.behind import give_decode_pages
 
 _num_computed = attrgetter("num_computed")
 
@@ -142,13 +143,7 @@ def fused_decode_pass(scheduler) -> SchedulerOutput:
             latest = computed
     if not entries:
         return out
-    scheduler.new_token_ratio = max(scheduler.new_token_ratio - scheduler.decay, scheduler.min_ratio)
-    pages: list[int] = []
-    kv.take(len(takers), pages)
-    for request, page in zip(takers, pages):
-        request.blocks.append(page)
-    for request, upto in deferred:
-        kv.cache_full_blocks(request, upto)
+    give_decode_pages(scheduler, takers, deferred)
     out.num_tokens = len(entries)
     scheduler._committed = out
     sums = scheduler._quiet_sums = object.__new__(QuietSums)
