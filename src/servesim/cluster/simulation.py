@@ -90,8 +90,10 @@ class Simulation:
         self.roles = cluster.roles
         self.routers = cluster.routers
         self.factories = cluster.factories
-        # With a scheduled client no horizon reads the pending events (engine/events.py's EventSink).
-        self.horizon_skips_calls = isinstance(client, ScheduledClient)
+        # Arrivals come only from the client's schedule (not released by completions): a
+        # worker's future then depends on other workers only through new arrivals, and no
+        # horizon reads the pending events (engine/events.py's EventSink; Worker.attach reads it).
+        self.scheduled_arrivals = isinstance(client, ScheduledClient)
         self.disaggregation: Disaggregation | None = None
         if cluster.transfer is not None:
             self.disaggregation = Disaggregation(self, cluster, cluster.transfer)
@@ -103,9 +105,6 @@ class Simulation:
         self.now = 0
         self.requests_done = 0
         self._feed: Iterator[tuple[int, TraceRequest]] | None = None
-        # Arrivals come only from the client's schedule (not released by completions): a
-        # worker's future then depends on other workers only through new arrivals.
-        self.scheduled_arrivals = isinstance(client, ScheduledClient)
         self._admit = getattr(client, "admit", None)   # a semaphore in front of the frontend, if any
         # Requests a completion sends later (a session's next turn after its think time), if any.
         self._follow_ups = getattr(client, "follow_ups", None)

@@ -22,9 +22,9 @@ if TYPE_CHECKING:
 
 
 class EventSink(Protocol):
-    # True when no horizon reads the events pending (a scheduled client's loop): a scheduler
-    # call that would do nothing then changes nothing by being left out (Worker.on_pass_end).
-    horizon_skips_calls: bool
+    # Arrivals come only from the client's schedule, so no horizon reads the events pending: a
+    # scheduler call that would do nothing then changes nothing by being left out (Worker.on_pass_end).
+    scheduled_arrivals: bool
 
     def horizon(self, worker: Worker) -> int | None:
         """The earliest time something outside `worker` can change what it does (None: never)."""

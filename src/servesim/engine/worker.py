@@ -86,7 +86,7 @@ class Worker:
         # A worker that commits at pass ends (async) skips the scheduler call behind a pass it
         # starts there, where the loop's horizons never read pending events (on_pass_end).
         self._calls_unseen = (self.commit_at_pass_end and self.async_scheduling
-                              and events.horizon_skips_calls)
+                              and events.scheduled_arrivals)
 
     # ------------------------------------------------------------------ events
 
